@@ -1,0 +1,149 @@
+"""Grain random-access pipeline: the batch of a step is a pure function of (seed, step).
+
+The training split is cut into non-overlapping windows of ``seq_len + 1`` tokens
+(window i covers tokens [i·seq_len, i·seq_len + seq_len + 1), so consecutive
+windows share one token: every token is a target exactly once per epoch).
+Windows are shuffled with a seeded permutation per epoch (grain's
+``MapDataset.shuffle``; each epoch reseeded), and global sample j of the run is
+element j of that sequence. The batch of step s is samples
+[s·B, (s+1)·B) with B = global_batch_size; a process that holds rows
+[r0, r1) of each global batch reads only those samples. Nothing depends on
+how many processes read, or on what was read before: a resume needs only the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import grain
+import numpy as np
+
+from chinchax.data import sources as sources_lib
+from chinchax.data import store as store_lib
+
+
+class WindowSource:
+  """Random-access source of [seq_len + 1] token windows of one split (grain data source)."""
+
+  def __init__(self, split: store_lib.TokenSplit, seq_len: int):
+    self.split = split
+    self.seq_len = seq_len
+    self.n_windows = max((split.n_tokens - 1) // seq_len, 0)
+
+  def __len__(self) -> int:
+    return self.n_windows
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    if not 0 <= i < self.n_windows:
+      raise IndexError(f"window {i} out of range [0, {self.n_windows})")
+    return self.split.read(int(i) * self.seq_len, self.seq_len + 1).astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPlan:
+  """How much data a run reads: samples, windows per epoch, epochs (may be fractional)."""
+
+  steps: int
+  global_batch_size: int
+  seq_len: int
+  n_windows: int
+
+  @property
+  def samples(self) -> int:
+    return self.steps * self.global_batch_size
+
+  @property
+  def epochs(self) -> float:
+    return self.samples / self.n_windows
+
+
+class TrainBatches:
+  """Training batches as a pure function of (seed, step).
+
+  Args:
+    split: the training split.
+    seq_len: tokens per sequence; samples are [seq_len + 1] windows.
+    global_batch_size: B, sequences per step over all processes.
+    steps: steps the run will take (sets how many epochs are admitted).
+    seed: shuffle seed.
+    allow_repeat: admit more than one epoch.
+    rows: the (start, stop) rows of each global batch this process reads
+      (default: all rows).
+  Raises:
+    DataError: the split holds fewer windows than one batch, or the run needs
+      more than one epoch and ``allow_repeat`` is False (the message says how many).
+  """
+
+  def __init__(self, split, seq_len: int, global_batch_size: int, steps: int, seed: int,
+               allow_repeat: bool = False, rows: tuple[int, int] | None = None):
+    self.source = WindowSource(split, seq_len)
+    self.plan = DataPlan(steps=steps, global_batch_size=global_batch_size, seq_len=seq_len,
+                         n_windows=len(self.source))
+    if self.plan.n_windows < global_batch_size:
+      raise sources_lib.DataError(
+          f"the training split holds {split.n_tokens} tokens = {self.plan.n_windows} windows of "
+          f"seq_len+1={seq_len + 1}, fewer than one batch of global_batch_size={global_batch_size}; "
+          f"use a larger corpus or a smaller batch / seq_len")
+    if self.plan.epochs > 1.0 and not allow_repeat:
+      raise sources_lib.DataError(
+          f"the run needs {self.plan.samples} sequences but the training split holds "
+          f"{self.plan.n_windows} windows: {self.plan.epochs:.2f} epochs. Set "
+          f"--config.data.allow_repeat=True to repeat data, or lower the budget")
+    self.global_batch_size = global_batch_size
+    self.rows = rows or (0, global_batch_size)
+    epochs = max(1, math.ceil(self.plan.epochs))
+    # Window index of every global sample: a seeded permutation per epoch.
+    self._window_of = (grain.MapDataset.range(self.plan.n_windows).seed(seed).shuffle()
+                       .repeat(epochs))
+    self._ds = self._window_of.map(self.source.__getitem__)
+
+  def sample_index(self, step: int, row: int) -> int:
+    return step * self.global_batch_size + row
+
+  def batch(self, step: int) -> np.ndarray:
+    """int32 [rows, seq_len + 1] windows of ``step`` for this process's rows."""
+    r0, r1 = self.rows
+    return np.stack([self._ds[self.sample_index(step, r)] for r in range(r0, r1)])
+
+  def window_ids(self, step: int) -> list[int]:
+    """The window index behind each of this process's rows of ``step`` (data-order checks)."""
+    r0, r1 = self.rows
+    return [int(self._window_of[self.sample_index(step, r)]) for r in range(r0, r1)]
+
+  def iterator(self, start_step: int, num_threads: int = 2, prefetch: int = 4):
+    """Yields (step, batch) from ``start_step`` on, prefetched on grain threads."""
+    r0, r1 = self.rows
+    rows = r1 - r0
+    B = self.global_batch_size
+    ds = self._ds
+    total = self.plan.steps
+
+    def sample(k):
+      step, r = divmod(k, rows)
+      return ds[(start_step + step) * B + r0 + r]
+
+    local = grain.MapDataset.range((total - start_step) * rows).map(sample).batch(rows)
+    it = local.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
+                                                 prefetch_buffer_size=prefetch))
+    for i, b in enumerate(it):
+      yield start_step + i, b
+
+
+def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int = 1234):
+  """A fixed list of ``n_batches`` int32 [batch_size, seq_len + 1] validation batches.
+
+  Windows are drawn without replacement by a fixed seeded permutation; if the
+  split holds fewer than ``n_batches`` batches, all whole batches are used.
+
+  Raises:
+    DataError: the validation split holds fewer windows than one batch.
+  """
+  src = WindowSource(split, seq_len)
+  if len(src) < batch_size:
+    raise sources_lib.DataError(
+        f"the validation split holds {split.n_tokens} tokens = {len(src)} windows, fewer than "
+        f"one eval batch of {batch_size}; raise data.val_fraction or use a larger corpus")
+  n = min(n_batches, len(src) // batch_size)
+  ds = grain.MapDataset.source(src).seed(seed).shuffle()
+  return [np.stack([ds[i * batch_size + r] for r in range(batch_size)]) for i in range(n)]

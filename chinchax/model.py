@@ -1,0 +1,195 @@
+"""Decoder-only transformer in Flax NNX.
+
+Architecture (Llama-style): token embedding → n_layers × [pre-norm RMSNorm →
+causal multi-head attention with RoPE → residual; pre-norm RMSNorm → SwiGLU MLP
+→ residual] → final RMSNorm → output head (tied to the embedding or not).
+No biases. Parameters are float32; matmuls run in ``compute_dtype``; logits
+and the loss are float32.
+
+Tensor names carry their shapes. Letters:
+  B batch, T sequence (tokens), D d_model, H heads, K head_dim,
+  F d_ff (MLP hidden), V vocab_size.
+e.g. ``x_BTD`` is the residual stream, ``logits_BTV`` the output logits.
+
+Every parameter carries logical axis names in its ``out_sharding`` metadata,
+drawn from ``batch, seq, embed, heads, kv, mlp, vocab``; ``chinchax.sharding``
+maps them onto mesh axes through one rules table. No mesh axis name appears here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from chinchax import attention as attention_lib
+from chinchax import budget
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Static model hyper-parameters (see ``chinchax.config`` for their meaning)."""
+
+  vocab_size: int
+  d_model: int
+  n_layers: int
+  n_heads: int
+  d_ff: int
+  tie_embeddings: bool = True
+  rope_theta: float = 10_000.0
+  norm_eps: float = 1e-6
+  init_std: float = 0.02
+  compute_dtype: str = "float32"
+  attention: str = "xla"
+  remat: str = "none"
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.n_heads
+
+  def shape(self, seq_len: int) -> budget.ModelShape:
+    return budget.ModelShape(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
+                             d_ff=self.d_ff, vocab_size=self.vocab_size, seq_len=seq_len,
+                             tie_embeddings=self.tie_embeddings)
+
+
+def _param(rngs: nnx.Rngs, shape, std: float, names: tuple[str, ...]) -> nnx.Param:
+  init = jax.nn.initializers.normal(std)
+  # Logical names only; placement happens in the jitted init (chinchax.train).
+  return nnx.Param(init(rngs.params(), shape, jnp.float32), out_sharding=names,
+                   eager_sharding=False)
+
+
+class RMSNorm(nnx.Module):
+  """RMSNorm (Zhang & Sennrich 2019): x / rms(x) · scale, computed in float32."""
+
+  def __init__(self, d_model: int, eps: float):
+    self.eps = eps
+    self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32), out_sharding=("embed",),
+                           eager_sharding=False)
+
+  def __call__(self, x_BTD: jax.Array) -> jax.Array:
+    x32 = x_BTD.astype(jnp.float32)
+    rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (x32 * rms * self.scale[...]).astype(x_BTD.dtype)
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+  """RoPE sin/cos tables (Su et al. 2021), each [T, K/2] float32."""
+  inv_freq_K2 = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  angles_TK2 = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq_K2[None, :]
+  return jnp.sin(angles_TK2), jnp.cos(angles_TK2)
+
+
+def apply_rope(x_BTHK: jax.Array, sin_TK2: jax.Array, cos_TK2: jax.Array) -> jax.Array:
+  """Rotates pairs (first half, second half) of each head by position-dependent angles."""
+  x1, x2 = jnp.split(x_BTHK.astype(jnp.float32), 2, axis=-1)
+  sin, cos = sin_TK2[None, :, None, :], cos_TK2[None, :, None, :]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BTHK.dtype)
+
+
+class Attention(nnx.Module):
+  """Causal multi-head self-attention with RoPE; no biases."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    D, H, K = cfg.d_model, cfg.n_heads, cfg.head_dim
+    self.cfg = cfg
+    self.wq_DHK = _param(rngs, (D, H, K), cfg.init_std, ("embed", "heads", "kv"))
+    self.wk_DHK = _param(rngs, (D, H, K), cfg.init_std, ("embed", "heads", "kv"))
+    self.wv_DHK = _param(rngs, (D, H, K), cfg.init_std, ("embed", "heads", "kv"))
+    # Output projection scaled down by depth (GPT-2, Radford et al. 2019, Sec. 2.3).
+    self.wo_HKD = _param(rngs, (H, K, D), cfg.init_std / (2 * cfg.n_layers) ** 0.5,
+                         ("heads", "kv", "embed"))
+
+  def __call__(self, x_BTD, sin_TK2, cos_TK2):
+    dt = x_BTD.dtype
+    q_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wq_DHK[...].astype(dt))
+    k_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wk_DHK[...].astype(dt))
+    v_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wv_DHK[...].astype(dt))
+    q_BTHK = apply_rope(q_BTHK, sin_TK2, cos_TK2)
+    k_BTHK = apply_rope(k_BTHK, sin_TK2, cos_TK2)
+    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention)
+    return jnp.einsum("bthk,hkd->btd", out_BTHK, self.wo_HKD[...].astype(dt))
+
+
+class MLP(nnx.Module):
+  """SwiGLU MLP (Shazeer 2020): down(silu(gate(x)) · up(x)); no biases."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    D, F = cfg.d_model, cfg.d_ff
+    self.w_gate_DF = _param(rngs, (D, F), cfg.init_std, ("embed", "mlp"))
+    self.w_up_DF = _param(rngs, (D, F), cfg.init_std, ("embed", "mlp"))
+    self.w_down_FD = _param(rngs, (F, D), cfg.init_std / (2 * cfg.n_layers) ** 0.5,
+                            ("mlp", "embed"))
+
+  def __call__(self, x_BTD):
+    dt = x_BTD.dtype
+    gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_gate_DF[...].astype(dt))
+    up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_up_DF[...].astype(dt))
+    h_BTF = jax.nn.silu(gate_BTF) * up_BTF
+    return jnp.einsum("btf,fd->btd", h_BTF, self.w_down_FD[...].astype(dt))
+
+
+class Block(nnx.Module):
+  """Pre-norm transformer block: x + attn(norm(x)); x + mlp(norm(x))."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.attn = Attention(cfg, rngs)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.mlp = MLP(cfg, rngs)
+
+  def __call__(self, x_BTD, sin_TK2, cos_TK2):
+    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), sin_TK2, cos_TK2)
+    return x_BTD + self.mlp(self.mlp_norm(x_BTD))
+
+
+class Transformer(nnx.Module):
+  """The decoder-only language model.
+
+  Call with ``tokens_BT`` (int32 [B, T]); returns float32 logits [B, T, V].
+  """
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.cfg = cfg
+    V, D = cfg.vocab_size, cfg.d_model
+    self.embed_VD = _param(rngs, (V, D), cfg.init_std, ("vocab", "embed"))
+    self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layers)])
+    self.final_norm = RMSNorm(D, cfg.norm_eps)
+    if not cfg.tie_embeddings:
+      self.head_DV = _param(rngs, (D, V), cfg.init_std, ("embed", "vocab"))
+
+  def __call__(self, tokens_BT: jax.Array) -> jax.Array:
+    cfg = self.cfg
+    dt = jnp.dtype(cfg.compute_dtype)
+    T = tokens_BT.shape[1]
+    x_BTD = jnp.take(self.embed_VD[...], tokens_BT, axis=0).astype(dt)
+    sin_TK2, cos_TK2 = rope_tables(T, cfg.head_dim, cfg.rope_theta)
+
+    def block_fn(block, x_BTD):
+      return block(x_BTD, sin_TK2, cos_TK2)
+
+    if cfg.remat == "full":
+      block_fn = nnx.remat(block_fn)
+    elif cfg.remat == "dots":
+      block_fn = nnx.remat(block_fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    for block in self.blocks:
+      x_BTD = block_fn(block, x_BTD)
+    x_BTD = self.final_norm(x_BTD)
+    if cfg.tie_embeddings:
+      head_DV = self.embed_VD[...].T
+    else:
+      head_DV = self.head_DV[...]
+    return jnp.einsum("btd,dv->btv", x_BTD, head_DV.astype(dt),
+                      preferred_element_type=jnp.float32)
+
+
+def count_params(model: nnx.Module) -> budget.ParamCounts:
+  """Counts the built model's parameters: total, non-embedding, embedding (see budget.ParamCounts)."""
+  params = nnx.state(model, nnx.Param)
+  total = sum(int(x.size) for x in jax.tree.leaves(params))
+  embedding = int(model.embed_VD.size) + (0 if model.cfg.tie_embeddings else int(model.head_DV.size))
+  return budget.ParamCounts(total=total, non_embedding=total - embedding, embedding=embedding)
