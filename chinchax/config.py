@@ -37,10 +37,10 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.model = m = ml_collections.ConfigDict()
   m.vocab_size = 0                # 0 = take the tokenizer's vocab size (bytes: 257)
-  m.d_model = 96                  # residual width
+  m.d_model = 64                  # residual width
   m.n_layers = 3                  # transformer blocks
   m.n_heads = 4                   # attention heads; head_dim = d_model / n_heads
-  m.d_ff = 256                    # SwiGLU hidden width (gate, up and down matrices)
+  m.d_ff = 192                    # SwiGLU hidden width (gate, up and down matrices)
   m.tie_embeddings = True         # output head shares the token-embedding matrix
   m.rope_theta = 10_000.0         # RoPE base frequency (Su et al. 2021)
   m.norm_eps = 1e-6               # RMSNorm epsilon
@@ -92,7 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
   x.data = -1                     # data-parallel axis size; -1 = fill with the remaining devices
   x.fsdp = 1                      # fully-sharded data-parallel axis size (params + batch)
   x.tensor = 1                    # tensor-parallel axis size (heads, mlp, vocab)
-  x.num_cpu_devices = 0           # on CPU: expose this many virtual devices (0 = leave as is)
+  x.num_cpu_devices = 8           # on CPU: expose this many virtual devices (0 = leave as is)
   return c
 
 

@@ -238,21 +238,22 @@ def create_state(mcfg, tx, mesh, seed: int):
   return graphdef, state, shardings
 
 
-def peak_flops_per_device(config) -> tuple[float, str]:
-  """Peak FLOP/s per device for MFU, and where the number came from.
+def peak_flops(config, n_devices: int) -> tuple[float, str]:
+  """Peak FLOP/s of the devices a run uses (the MFU denominator), and its source.
 
-  Order: ``train.peak_flops_per_device`` if set; the dense bf16 data-sheet
-  peak for a known accelerator; on CPU, a measured float32 matmul throughput
-  of the host divided over its (virtual) devices.
+  Order: ``train.peak_flops_per_device`` × devices if set; the dense bf16
+  data-sheet peak of a known accelerator × devices; on CPU, where virtual
+  devices share the host's cores, a measured float32 matmul throughput of the
+  host × processes.
   """
   if config.train.peak_flops_per_device > 0:
-    return float(config.train.peak_flops_per_device), "config"
+    return float(config.train.peak_flops_per_device) * n_devices, "config"
   kind = jax.devices()[0].device_kind
   for key, peak in _KNOWN_PEAK_FLOPS:
     if key.lower() in kind.lower():
-      return peak, f"data sheet ({kind})"
+      return peak * n_devices, f"data sheet ({kind}, {peak:.3g} FLOP/s per device)"
   if jax.default_backend() == "cpu":
-    return calibrate_cpu_flops() / jax.local_device_count(), "CPU matmul calibration"
+    return calibrate_cpu_flops() * jax.process_count(), "CPU float32 matmul calibration of the host"
   return float("nan"), f"unknown device {kind!r}; set train.peak_flops_per_device"
 
 
@@ -313,7 +314,7 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def describe(spec: RunSpec, config) -> str:
+def describe(spec: RunSpec, config, n_devices: int) -> str:
   """The run's budget printout: shape, N three ways, D, C, tokens/param, steps, mesh."""
   c = spec.counts
   m = spec.model
@@ -327,7 +328,7 @@ def describe(spec: RunSpec, config) -> str:
       f"steps={spec.steps:,} x {spec.tokens_per_step:,} tokens/step = D={spec.tokens:,} tokens",
       f"        C = 6·N·D = {spec.flops_6nd:.4g} FLOPs; tokens per parameter D/N = "
       f"{spec.tokens_per_param:.2f}",
-      f"mesh    {spec.mesh} on {jax.device_count()} {jax.default_backend()} device(s), "
+      f"mesh    {spec.mesh} on {n_devices} {jax.default_backend()} device(s), "
       f"{jax.process_count()} process(es)",
   ])
 
@@ -349,8 +350,12 @@ def prepare_data(config, spec: RunSpec):
   return directory, train_split, val_split, batches, evals
 
 
-def train(config) -> dict:
+def train(config, devices=None) -> dict:
   """Runs (or resumes) one training run; returns the summary also written to summary.json.
+
+  Args:
+    config: the run's ConfigDict (see ``chinchax.config``).
+    devices: devices to build the mesh from (default: all ``jax.devices()``).
 
   Raises:
     ConfigError: invalid config (before any data is read).
@@ -358,9 +363,11 @@ def train(config) -> dict:
     CheckpointError: the workdir's checkpoint does not match the config's model.
   """
   t_start = time.time()
-  spec = resolve(config, jax.device_count())
+  devices = list(jax.devices() if devices is None else devices)
+  n_devices = len(devices)
+  spec = resolve(config, n_devices)
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
-  _say(describe(spec, config))
+  _say(describe(spec, config, n_devices))
   directory, train_split, val_split, batches, evals = prepare_data(config, spec)
   manifest = train_split.manifest
   _say(f"data    store {directory}: train {train_split.n_tokens:,} tokens, val "
@@ -370,7 +377,7 @@ def train(config) -> dict:
 
   workdir.mkdir(parents=True, exist_ok=True)
   checkpoint_lib.check_compatible(workdir, config)
-  mesh = sharding_lib.make_mesh(spec.mesh)
+  mesh = sharding_lib.make_mesh(spec.mesh, devices)
   tx, schedule = make_optimizer(config, spec)
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
                                      config.train.keep_checkpoints)
@@ -400,7 +407,7 @@ def train(config) -> dict:
     losses = [eval_fn(params, to_global(b[batches.rows[0]:batches.rows[1]])) for b in evals]
     return float(np.mean(jax.device_get(losses)))
 
-  peak, peak_src = peak_flops_per_device(config)
+  peak_total, peak_src = peak_flops(config, n_devices)
   flops_per_step = budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
   metrics_log = _Metrics(workdir / "metrics.jsonl", start_step, jax.process_index() == 0)
   progress = None
@@ -452,7 +459,7 @@ def train(config) -> dict:
         step_time = dt / window_steps
         tps = spec.tokens_per_step / step_time
         extra = {"step_time_s": step_time, "tokens_per_s": tps,
-                 "mfu": flops_per_step / step_time / (peak * jax.device_count())}
+                 "mfu": flops_per_step / step_time / peak_total}
       if done % config.train.eval_every == 0 or is_last:
         eval_loss = evaluate(state["params"])
         extra["eval_loss"] = eval_loss
@@ -475,7 +482,7 @@ def train(config) -> dict:
     last_train_loss = next((r["loss"] for r in reversed(rows) if "loss" in r), float("nan"))
   step_time = timed_seconds / timed_steps if timed_steps else float("nan")
   tps = spec.tokens_per_step / step_time if timed_steps else float("nan")
-  mfu = flops_per_step / step_time / (peak * jax.device_count()) if timed_steps else float("nan")
+  mfu = flops_per_step / step_time / peak_total if timed_steps else float("nan")
   bpb = lambda nats: store_lib.bits_per_byte(nats, val_split.n_tokens, val_split.n_bytes)
   summary = {
       "workdir": str(workdir), "steps": final_step, "tokens": final_step * spec.tokens_per_step,
@@ -489,7 +496,7 @@ def train(config) -> dict:
       "val_unigram_entropy_nats": unigram, "val_unigram_entropy_bits_per_byte": bpb(unigram),
       "eval_below_unigram": 1.0 - eval_loss / unigram,
       "step_time_s": step_time, "tokens_per_s": tps, "mfu": mfu,
-      "peak_flops_per_device": peak, "peak_flops_source": peak_src,
+      "peak_flops": peak_total, "peak_flops_source": peak_src,
       "compile_s": compile_s, "wall_s": time.time() - t_start, "resumed": resumed,
       "store": str(directory), "store_fingerprint": manifest["fingerprint"],
   }
@@ -503,5 +510,5 @@ def train(config) -> dict:
        f"{summary['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
        f"{100 * summary['eval_below_unigram']:.1f}% below it")
   _say(f"speed   {tps:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step, MFU {100 * mfu:.2f}% "
-       f"(peak {peak:.3g} FLOP/s/device, {peak_src}); wall {summary['wall_s']:.1f}s")
+       f"(peak {peak_total:.3g} FLOP/s: {peak_src}); wall {summary['wall_s']:.1f}s")
   return summary

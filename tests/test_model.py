@@ -1,0 +1,79 @@
+"""Model: parameter counts against the shape formula, logical names, causality, dtype."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from chinchax import budget, sharding
+from chinchax.model import ModelConfig, Transformer, count_params
+
+LOGICAL = {"batch", "seq", "embed", "heads", "kv", "mlp", "vocab"}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_param_counts_match_shape_formula(tied):
+  cfg = ModelConfig(vocab_size=257, d_model=48, n_layers=3, n_heads=3, d_ff=128, tie_embeddings=tied)
+  model = Transformer(cfg, nnx.Rngs(params=0))
+  built = count_params(model)
+  assert built == budget.param_counts(cfg.shape(64))
+  # Hand count: per layer 4·48·48 + 3·48·128 + 2·48 = 27,744; + final norm 48.
+  assert built.non_embedding == 3 * 27_744 + 48
+  assert built.embedding == 257 * 48 * (1 if tied else 2)
+
+
+def test_every_parameter_has_logical_names():
+  cfg = ModelConfig(vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, tie_embeddings=False)
+  _, params = nnx.split(Transformer(cfg, nnx.Rngs(params=0)), nnx.Param)
+  leaves = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+  assert len(leaves) == 2 * 9 + 3
+  for v in leaves:
+    names = v.get_metadata()["out_sharding"]
+    assert len(names) == v.ndim and set(names) <= LOGICAL, names
+    sharding.logical_to_spec(tuple(names))  # every name has a rule
+
+
+def test_causal_and_shapes():
+  cfg = ModelConfig(vocab_size=257, d_model=32, n_layers=2, n_heads=4, d_ff=64)
+  model = Transformer(cfg, nnx.Rngs(params=1))
+  tokens = jax.random.randint(jax.random.key(0), (2, 16), 0, 257)
+  logits = model(tokens)
+  assert logits.shape == (2, 16, 257) and logits.dtype == jnp.float32
+  changed = tokens.at[:, 10].set((tokens[:, 10] + 1) % 257)
+  logits2 = model(changed)
+  np.testing.assert_array_equal(logits[:, :10], logits2[:, :10])
+  assert not np.allclose(logits[:, 10:], logits2[:, 10:])
+
+
+def test_bf16_compute_keeps_fp32_params_and_logits():
+  cfg = ModelConfig(vocab_size=257, d_model=32, n_layers=1, n_heads=2, d_ff=64, compute_dtype="bfloat16")
+  model = Transformer(cfg, nnx.Rngs(params=0))
+  logits = model(jnp.zeros((1, 8), jnp.int32))
+  assert logits.dtype == jnp.float32
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  ref = Transformer(ModelConfig(vocab_size=257, d_model=32, n_layers=1, n_heads=2, d_ff=64),
+                    nnx.Rngs(params=0))(jnp.zeros((1, 8), jnp.int32))
+  np.testing.assert_allclose(logits, ref, atol=5e-2)
+
+
+@pytest.mark.parametrize("remat", ["full", "dots"])
+def test_remat_policies_give_same_gradients(remat):
+  base = dict(vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64)
+  tokens = jax.random.randint(jax.random.key(1), (2, 12), 0, 257)
+
+  def grads(cfg):
+    graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(params=0)), nnx.Param)
+    f = lambda p: jnp.mean(nnx.merge(graphdef, p)(tokens) ** 2)
+    return jax.tree.leaves(jax.grad(f)(params))
+
+  for a, b in zip(grads(ModelConfig(**base)), grads(ModelConfig(**base, remat=remat))):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_rules_table_skips_indivisible_dims():
+  mesh = sharding.make_mesh({"data": 1, "fsdp": 2, "tensor": 4})
+  assert sharding.logical_to_spec(("vocab", "embed"), (257, 64), mesh) == jax.sharding.PartitionSpec(None, "fsdp")
+  assert sharding.logical_to_spec(("embed", "mlp"), (64, 128), mesh) == jax.sharding.PartitionSpec("fsdp", "tensor")
+  with pytest.raises(KeyError, match="'layers' has no rule"):
+    sharding.logical_to_spec(("layers",))
