@@ -200,7 +200,7 @@ def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
     (_, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
-    metrics = {"loss": ce, "grad_norm": optax.global_norm(grads), "lr": schedule(state["step"])}
+    metrics = {"loss": ce, "grad_norm": optax.tree.norm(grads), "lr": schedule(state["step"])}
     return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
   return train_step
