@@ -100,6 +100,8 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   tok = tokenizers_lib.make_tokenizer(config.data.tokenizer)
   m = config.model
   vocab = m.vocab_size or tok.vocab_size
+  if not m.vocab_size and backend != "cpu":
+    vocab = -(-vocab // 128) * 128  # pad to a multiple of 128 for the accelerators' matmul units
   if vocab < tok.vocab_size:
     raise config_lib.ConfigError(
         f"model.vocab_size={vocab} is smaller than the {config.data.tokenizer!r} tokenizer's "
