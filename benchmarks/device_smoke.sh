@@ -10,19 +10,19 @@ STORES=/tmp/chinchax-stores
 python3 -c "import jax, flax, optax, orbax.checkpoint, grain, tensorstore, ml_collections; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())" 2>&1 | tee "$OUT/env.txt"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv 2>&1 | tee -a "$OUT/env.txt"
 
-run() {  # name, then chinchax train flags
-  local name="$1"; shift
+run() {  # name, config, then chinchax train overrides
+  local name="$1" config="$2"; shift 2
   echo "=== $name"
-  timeout 240 python3 -m chinchax.cli train --config.data.store_root=$STORES \
+  timeout 240 python3 -m chinchax.cli train --config="$config" --config.data.store_root=$STORES \
       --config.workdir=/tmp/chinchax-runs/$name --config.train.progress=False "$@" 2>&1 \
       | grep -vE "^(W|I)[0-9]{4}" | tee "$OUT/$name.log" | tail -6
   cp /tmp/chinchax-runs/$name/summary.json "$OUT/$name.summary.json" 2>/dev/null
 }
 
-run default_bf16 --config.mesh.num_cpu_devices=0
+[ -n "${SKIP_DEFAULT:-}" ] || run default_bf16 configs/train.py:default --config.mesh.num_cpu_devices=0
 for attn in xla cudnn; do
   for bs in 16 32; do
-    run m125_${attn}_b${bs} --config=configs/train.py:125m --config.mesh.num_cpu_devices=0 \
+    run m125_${attn}_b${bs} configs/train.py:125m --config.mesh.num_cpu_devices=0 \
         --config.model.attention=$attn --config.train.global_batch_size=$bs \
         --config.budget.mode=steps --config.budget.steps=60 --config.train.log_every=20 \
         --config.train.eval_every=60 --config.train.eval_batches=1 --config.train.checkpoint_every=1000

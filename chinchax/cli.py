@@ -36,11 +36,12 @@ def train_main(argv: list[str]) -> int:
 
   default = str(_REPO_CONFIG) if _REPO_CONFIG.exists() else None
   fv = flags.FlagValues()
+  full_argv = ["chinchax-train"] + argv
   config_flags.DEFINE_config_file("config", default=default, flag_values=fv,
                                   help_string="config file, e.g. configs/train.py:tiny",
-                                  lock_config=True)
+                                  lock_config=True, sys_argv=full_argv)
   try:
-    fv(["chinchax-train"] + argv)
+    fv(full_argv)
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

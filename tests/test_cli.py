@@ -1,0 +1,68 @@
+"""`chinchax train` bad input: one clear `error:` line, exit status 2, nothing written."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from chinchax import cli
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _train(capsys, tmp_path, *flags, corpus=None):
+  argv = ["train", f"--config={REPO}/configs/train.py:tiny", f"--config.workdir={tmp_path}/run",
+          f"--config.data.store_root={tmp_path}/stores", "--config.mesh.num_cpu_devices=0"]
+  if corpus is not None:
+    argv += ["--config.data.source=files", f"--config.data.paths={corpus}"]
+  rc = cli.main(argv + list(flags))
+  err = capsys.readouterr().err.strip().splitlines()
+  return rc, err
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--config.model.d_model=30", "--config.model.n_heads=4"], "model.d_model=30 is not divisible by model.n_heads=4"),
+    (["--config.mesh.data=2", "--config.mesh.fsdp=2"], "= 4 but there are 8 devices"),
+    (["--config.mesh.data=-1", "--config.mesh.fsdp=8", "--config.train.global_batch_size=12"],
+     "global_batch_size=12 is not divisible by the data-parallel size"),
+    (["--config.budget.mode=flops", "--config.budget.flops=-5.0"], "budget.flops=-5.0"),
+    (["--config.model.attention=flashy"], "model.attention='flashy'"),
+])
+def test_config_errors(capsys, tmp_path, small_corpus, flags, needle):
+  rc, err = _train(capsys, tmp_path, *flags, corpus=f"{small_corpus}/*.txt")
+  assert rc == 2
+  assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+  assert not (tmp_path / "run").exists()
+
+
+def test_missing_corpus_glob(capsys, tmp_path):
+  rc, err = _train(capsys, tmp_path, corpus=f"{tmp_path}/no_such_dir/*.txt")
+  assert rc == 2 and len(err) == 1 and "matches no file" in err[0], err
+  assert not (tmp_path / "run").exists()
+
+
+def test_empty_corpus(capsys, tmp_path):
+  (tmp_path / "c").mkdir()
+  (tmp_path / "c" / "a.txt").write_text("")
+  rc, err = _train(capsys, tmp_path, corpus=f"{tmp_path}/c/*.txt")
+  assert rc == 2 and len(err) == 1 and "no non-empty document" in err[0], err
+
+
+def test_corpus_smaller_than_one_batch(capsys, tmp_path):
+  (tmp_path / "c").mkdir()
+  for i in range(4):
+    (tmp_path / "c" / f"{i}.txt").write_text(f"a short document {i}. " * 3)
+  rc, err = _train(capsys, tmp_path, "--config.data.val_fraction=0.3", corpus=f"{tmp_path}/c/*.txt")
+  assert rc == 2 and len(err) == 1 and "fewer than one batch" in err[0], err
+  assert not (tmp_path / "run").exists()
+
+
+def test_repetition_refused_with_epochs(capsys, tmp_path, small_corpus):
+  rc, err = _train(capsys, tmp_path, "--config.budget.steps=5000", corpus=f"{small_corpus}/*.txt")
+  assert rc == 2 and len(err) == 1 and "epochs" in err[0] and "allow_repeat" in err[0], err
+
+
+def test_console_script_usage():
+  out = subprocess.run([sys.executable, "-m", "chinchax.cli", "nonsense"], capture_output=True, text=True)
+  assert out.returncode == 2 and "unknown verb 'nonsense'" in out.stderr
