@@ -530,7 +530,7 @@ def batch_size_tokens(C: float) -> float:
 
 
 def peak_learning_rate(C: float) -> float:
-  """Peak LR eta = 0.3118·C^-0.1250 (DeepSeek LLM, Bi et al. 2024, eq. 1), clipped to [1e-4, 3e-3]."""
+  """Peak LR eta = 0.3118·C^-0.1250 (DeepSeek LLM, Bi et al. 2024, eq. 1) in [1e-4, 3e-3]."""
   lo, hi = PEAK_LR_RANGE
   return min(hi, max(lo, 0.3118 * float(C) ** -0.1250))
 

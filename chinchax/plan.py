@@ -1,4 +1,4 @@
-"""``chinchax plan``: a FLOP, wall-clock or dollar budget → shape, tokens, batch, steps, loss, config.
+"""``chinchax plan``: a FLOP, time or dollar budget → shape, tokens, batch, steps, loss, config.
 
 Three budgets:
 
@@ -272,9 +272,9 @@ def _evaluate(cand: budget.ShapeCandidate, seconds: float, C_rule: float, law: A
   steps = int(math.floor(seconds / t))
   tps = gbs * seq_len
   tokens = steps * tps
+  lr = budget.peak_learning_rate(budget.flops_6nd(cand.N, max(tokens, 1)))
   batch = budget.BatchPlan(global_batch_size=gbs, seq_len=seq_len, steps=steps, tokens=tokens,
-                           peak_lr=budget.peak_learning_rate(budget.flops_6nd(cand.N, max(tokens, 1))),
-                           warmup_steps=min(int(math.ceil(cand.N / tps)), steps // 10))
+                           peak_lr=lr, warmup_steps=min(int(math.ceil(cand.N / tps)), steps // 10))
   if tokens > 0:
     loss = budget.law_loss(law, cand.N, tokens)
     n_opt = law.optimal_allocation(budget.flops_6nd(cand.N, tokens))[0]
@@ -377,7 +377,12 @@ def _compare(flop_opt: TimedCandidate, best: TimedCandidate, has_loss: bool) -> 
     out["summary"] = ("the FLOP-optimal shape is also the best in this time: no other shape "
                       "reaches a lower predicted loss")
     return out
-  if best.candidate.aspect_ratio > flop_opt.candidate.aspect_ratio:
+  size_ratio = best.candidate.N / flop_opt.candidate.N
+  if size_ratio > 1.25:
+    kind = f"a larger ({size_ratio:.2g}× N)"
+  elif size_ratio < 0.8:
+    kind = f"a smaller ({size_ratio:.2g}× N)"
+  elif best.candidate.aspect_ratio > flop_opt.candidate.aspect_ratio:
     kind = "a wider/shallower"
   elif best.candidate.aspect_ratio < flop_opt.candidate.aspect_ratio:
     kind = "a deeper/narrower"
@@ -544,8 +549,9 @@ def get_config(variant=None):
   c.workdir = {workdir!r}
   c.model.update(vocab_size={s.vocab_size}, d_model={s.d_model}, n_layers={s.n_layers},
                  n_heads={s.n_heads}, d_ff={s.d_ff}, tie_embeddings={s.tie_embeddings})
-  c.train.update(global_batch_size={b.global_batch_size}, seq_len={b.seq_len}, peak_lr={b.peak_lr!r},
-                 warmup_steps={b.warmup_steps}, eval_every={every}, checkpoint_every={every},
+  c.train.update(global_batch_size={b.global_batch_size}, seq_len={b.seq_len},
+                 peak_lr={b.peak_lr!r}, warmup_steps={b.warmup_steps},
+                 eval_every={every}, checkpoint_every={every},
                  log_every={max(1, min(50, b.steps // 20))})
   c.budget.update(mode="tokens", tokens={plan.D}, n_kind="total")
   return c
@@ -594,8 +600,38 @@ def default_workdir(plan: Plan) -> str:
 # CLI.
 
 
+class _Parser(argparse.ArgumentParser):
+  """argparse that raises :class:`PlanError` (one line, exit code 2) instead of printing usage."""
+
+  def error(self, message):
+    raise PlanError(f"{message} (see chinchax plan --help)")
+
+
+_NUMERIC_FLAGS = ("--flops", "--hours", "--dollars", "--vocab-size", "--seq-len", "--mfu",
+                  "--bandwidth-efficiency", "--candidates")
+
+
+def _join_negative_numbers(argv: list[str]) -> list[str]:
+  """["--flops", "-1e20"] → ["--flops=-1e20"], so a negative budget reaches our own check."""
+  out, i = [], 0
+  while i < len(argv):
+    a = argv[i]
+    if a in _NUMERIC_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+      try:
+        float(argv[i + 1])
+      except ValueError:
+        pass
+      else:
+        out.append(f"{a}={argv[i + 1]}")
+        i += 2
+        continue
+    out.append(a)
+    i += 1
+  return out
+
+
 def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
+  p = _Parser(
       prog="chinchax plan",
       description="Turn a FLOP, wall-clock or dollar budget into a compute-optimal model shape, "
                   "token count, batch, steps, predicted loss and (optionally) a config file.")
@@ -611,8 +647,8 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--vocab-size", type=int, default=257,
                  help="vocabulary size (default 257: chinchax's byte tokenizer)")
   p.add_argument("--seq-len", type=int, default=None,
-                 help=f"tokens per sequence (default {DEFAULT_SEQ_LEN_ACCELERATOR} on accelerators, "
-                      f"{DEFAULT_SEQ_LEN_CPU} on CPU)")
+                 help=f"tokens per sequence (default {DEFAULT_SEQ_LEN_ACCELERATOR} on "
+                      f"accelerators, {DEFAULT_SEQ_LEN_CPU} on CPU)")
   p.add_argument("--step-time-model", metavar="PATH",
                  help="measured step-time JSON (format: chinchax.hardware module docstring); "
                       "default: analytic roofline")
@@ -682,10 +718,14 @@ def run(args: argparse.Namespace) -> Plan:
 def main(argv: list[str] | None = None) -> int:
   """``chinchax plan`` entry point; returns the exit code (2 for bad input, nothing written)."""
   parser = _parser()
+  argv = list(sys.argv[1:] if argv is None else argv)
   try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:  # argparse has printed usage and the error
-    return e.code if isinstance(e.code, int) else 2
+    args = parser.parse_args(_join_negative_numbers([str(a) for a in argv]))
+  except SystemExit as e:  # --help
+    return e.code if isinstance(e.code, int) else 0
+  except PlanError as e:
+    print(f"chinchax plan: error: {e}", file=sys.stderr)
+    return 2
   try:
     plan = run(args)
     if args.write_config:

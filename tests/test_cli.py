@@ -59,7 +59,8 @@ def test_corpus_smaller_than_one_batch(capsys, tmp_path):
 
 
 def test_repetition_refused_with_epochs(capsys, tmp_path, small_corpus):
-  rc, err = _train(capsys, tmp_path, "--config.budget.steps=5000", corpus=f"{small_corpus}/*.txt")
+  rc, err = _train(capsys, tmp_path, "--config.budget.steps=5000", "--config.train.global_batch_size=64",
+                  "--config.train.seq_len=256", corpus=f"{small_corpus}/*.txt")
   assert rc == 2 and len(err) == 1 and "epochs" in err[0] and "allow_repeat" in err[0], err
 
 
