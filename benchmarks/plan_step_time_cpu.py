@@ -1,6 +1,6 @@
 """CPU step-time sweep → fitted step-time model → `plan --hours` → measured tokens in the budget.
 
-Usage: python /tmp/bench_plan_cpu.py OUT_DIR HOURS
+Usage: python benchmarks/plan_step_time_cpu.py OUT_DIR HOURS
 """
 
 import json
