@@ -295,6 +295,13 @@ def compiled_train_step_cost(config) -> dict:
   return dict(cost)
 
 
+def log_spaced_steps(steps: int, n: int) -> set[int]:
+  """Up to ``n`` distinct steps in [1, steps], log-spaced (for loss-vs-FLOPs curves)."""
+  if n <= 0:
+    return set()
+  return {int(s) for s in np.unique(np.round(np.geomspace(1, steps, n)).astype(int))}
+
+
 class _Metrics:
   """Appends JSONL rows (process 0 only); on resume drops rows past the restored step."""
 
@@ -418,6 +425,7 @@ def train(config, devices=None) -> dict:
     progress = tqdm(total=spec.steps, initial=start_step, unit="step", dynamic_ncols=True,
                     file=sys.stdout)
 
+  eval_at = log_spaced_steps(spec.steps, config.train.eval_points)
   last_train_loss, eval_loss = float("nan"), float("nan")
   timed_steps, timed_seconds = 0, 0.0
   pending = None  # (step, metrics, tokens/s window) fetched after the next dispatch
@@ -451,7 +459,8 @@ def train(config, devices=None) -> dict:
     if progress is not None:
       progress.update(1)
     is_last = done == spec.steps
-    if done % config.train.log_every == 0 or is_last or done % config.train.eval_every == 0:
+    is_eval = done % config.train.eval_every == 0 or is_last or done in eval_at
+    if done % config.train.log_every == 0 or is_eval:
       jax.block_until_ready(metrics["loss"])
       extra = {}
       if window_steps:
@@ -462,7 +471,7 @@ def train(config, devices=None) -> dict:
         tps = spec.tokens_per_step / step_time
         extra = {"step_time_s": step_time, "tokens_per_s": tps,
                  "mfu": flops_per_step / step_time / peak_total}
-      if done % config.train.eval_every == 0 or is_last:
+      if is_eval:
         eval_loss = evaluate(state["params"])
         extra["eval_loss"] = eval_loss
       pending = (done, metrics, extra)
