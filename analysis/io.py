@@ -1,0 +1,401 @@
+"""Loading results tables into :class:`Runs`.
+
+Two formats are read:
+
+* JSONL written by the ladder runner: one JSON object per line with at least
+  ``run_id``, ``status`` ("done" | "failed"), ``N`` (total parameters), ``D``
+  (tokens) and ``final_eval_loss`` (nats/token); optionally ``C_budget`` (the
+  IsoFLOP budget, FLOPs), ``C_6nd`` and ``eval_curve`` ([[flops_seen,
+  eval_loss], ...], used by Approach 1). Failed rows are counted, not fitted.
+* CSV with columns ``N``, ``loss`` and ``D`` or ``C`` (FLOPs; then
+  D = C / (6N), Chinchilla Sec. 3's C = 6ND). Epoch AI's column names
+  (``Model Size``, ``Training FLOP``, ``loss``) are accepted too. Optional
+  columns: ``C_budget``, ``run_id``, ``status``.
+
+Every problem (missing column, unparsable, NaN or non-positive value,
+duplicated run, empty table, too few IsoFLOP budgets) raises
+:class:`ResultsError` naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+
+class ResultsError(ValueError):
+  """A results table cannot be used; the message names the file and the problem."""
+
+
+# Column aliases for CSV input: canonical name -> accepted header names.
+_CSV_ALIASES = {
+    "N": ("N", "Model Size", "params", "n_params"),
+    "D": ("D", "tokens", "Training Tokens"),
+    "C": ("C", "Training FLOP", "C_6nd", "flops"),
+    "loss": ("loss", "final_eval_loss", "Loss"),
+    "C_budget": ("C_budget", "budget"),
+    "run_id": ("run_id",),
+    "status": ("status",),
+}
+
+# Relative tolerance for grouping runs into IsoFLOP budgets when a table has no
+# C_budget column: runs whose C lie within this factor form one budget.
+BUDGET_GROUP_RTOL = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+  """Finished runs of a results table, as arrays of shape (R,).
+
+  Attributes:
+    N: parameters per run, shape (R,).
+    D: training tokens per run, shape (R,).
+    loss: final eval loss per run, nats/token, shape (R,).
+    budget: IsoFLOP budget each run belongs to, FLOPs, shape (R,). From the
+      table's C_budget, else C = 6ND grouped within ``BUDGET_GROUP_RTOL``.
+    run_id: identifiers, length R.
+    curves: per-run eval curves, each an array (F, 2) of (FLOPs seen, eval
+      loss) sorted by FLOPs; None when the table has none (CSV input).
+    n_failed: rows with status "failed" (not fitted).
+    source: the file the runs came from ("" when built in memory).
+    has_budget_column: whether budgets came from the table (True) or were
+      grouped from C (False).
+  """
+
+  N: np.ndarray
+  D: np.ndarray
+  loss: np.ndarray
+  budget: np.ndarray
+  run_id: tuple[str, ...]
+  curves: tuple[np.ndarray, ...] | None = None
+  n_failed: int = 0
+  source: str = ""
+  has_budget_column: bool = False
+
+  @property
+  def C(self) -> np.ndarray:
+    """Training FLOPs per run by C = 6·N·D (Chinchilla Sec. 3), shape (R,)."""
+    return 6.0 * self.N * self.D
+
+  def __len__(self) -> int:
+    return int(self.N.shape[0])
+
+  def budgets(self) -> np.ndarray:
+    """Sorted distinct IsoFLOP budgets, FLOPs, shape (K,)."""
+    return np.unique(self.budget)
+
+  def subset(self, idx) -> "Runs":
+    """The runs at integer indices ``idx`` (repeats allowed, as in a bootstrap)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    curves = None if self.curves is None else tuple(self.curves[i] for i in idx)
+    return dataclasses.replace(
+        self, N=self.N[idx], D=self.D[idx], loss=self.loss[idx], budget=self.budget[idx],
+        run_id=tuple(self.run_id[i] for i in idx), curves=curves)
+
+  def drop_highest_loss(self, k: int) -> "Runs":
+    """The runs without the ``k`` highest losses (Besiroglu et al. 2024 drop 5)."""
+    if k <= 0:
+      return self
+    if k >= len(self):
+      raise ResultsError(f"cannot drop the {k} highest losses of {self.source or 'the table'}: "
+                         f"it has only {len(self)} runs")
+    keep = np.sort(np.argsort(self.loss, kind="stable")[: len(self) - k])
+    return self.subset(keep)
+
+
+def group_budgets(C: np.ndarray, rtol: float = BUDGET_GROUP_RTOL) -> np.ndarray:
+  """Groups FLOP counts into IsoFLOP budgets.
+
+  Sorted C values join the current group while within a factor (1 + rtol) of
+  the group's smallest member; each group is labelled by its geometric mean.
+
+  Args:
+    C: FLOPs per run, shape (R,).
+    rtol: relative width of a group.
+
+  Returns:
+    Budget label per run, FLOPs, shape (R,).
+  """
+  C = np.asarray(C, dtype=np.float64)
+  order = np.argsort(C, kind="stable")
+  labels = np.empty_like(C)
+  start = 0
+  while start < len(order):
+    stop = start + 1
+    while stop < len(order) and C[order[stop]] <= C[order[start]] * (1.0 + rtol):
+      stop += 1
+    members = order[start:stop]
+    labels[members] = math.exp(float(np.mean(np.log(C[members]))))
+    start = stop
+  return labels
+
+
+def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
+                     source: str = "", n_failed: int = 0) -> Runs:
+  """Builds :class:`Runs` from arrays, validating them.
+
+  Args:
+    N: parameters, shape (R,).
+    D: tokens, shape (R,).
+    loss: nats/token, shape (R,).
+    budget: IsoFLOP budget per run, FLOPs, shape (R,); None groups C = 6ND.
+    curves: optional sequence of R arrays (F, 2) of (FLOPs seen, eval loss).
+    run_id: optional R identifiers; default "run{i}".
+    source: name used in error messages.
+    n_failed: failed runs to record.
+
+  Raises:
+    ResultsError: empty input, mismatched lengths, or a NaN/non-positive value.
+  """
+  where = source or "input"
+  arrays = {}
+  for name, x in (("N", N), ("D", D), ("loss", loss)):
+    arr = np.asarray(x, dtype=np.float64).reshape(-1)
+    arrays[name] = arr
+  R = arrays["N"].shape[0]
+  if R == 0:
+    raise ResultsError(f"{where}: no runs to fit (empty table)")
+  for name, arr in arrays.items():
+    if arr.shape[0] != R:
+      raise ResultsError(f"{where}: column {name} has {arr.shape[0]} values, N has {R}")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr <= 0))
+    if bad.size:
+      raise ResultsError(f"{where}: column {name} must be finite and > 0; run {int(bad[0])} "
+                         f"has {arr[bad[0]]!r}")
+  has_budget = budget is not None
+  if budget is None:
+    budget_arr = group_budgets(6.0 * arrays["N"] * arrays["D"])
+  else:
+    budget_arr = np.asarray(budget, dtype=np.float64).reshape(-1)
+    if budget_arr.shape[0] != R or np.any(~np.isfinite(budget_arr) | (budget_arr <= 0)):
+      raise ResultsError(f"{where}: C_budget must have one finite positive value per run")
+  ids = tuple(f"run{i}" for i in range(R)) if run_id is None else tuple(str(r) for r in run_id)
+  if len(ids) != R:
+    raise ResultsError(f"{where}: {len(ids)} run ids for {R} runs")
+  curve_tuple = None
+  if curves is not None:
+    curve_tuple = tuple(_check_curve(c, where, ids[i]) for i, c in enumerate(curves))
+    if len(curve_tuple) != R:
+      raise ResultsError(f"{where}: {len(curve_tuple)} eval curves for {R} runs")
+  return Runs(N=arrays["N"], D=arrays["D"], loss=arrays["loss"], budget=budget_arr, run_id=ids,
+              curves=curve_tuple, n_failed=n_failed, source=source,
+              has_budget_column=has_budget)
+
+
+def _check_curve(curve, where: str, rid: str) -> np.ndarray:
+  """Validates one eval curve; points at 0 FLOPs (an eval before the first step) are dropped."""
+  arr = np.asarray(curve, dtype=np.float64)
+  if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:
+    raise ResultsError(f"{where}: run {rid!r} eval_curve must be a non-empty list of "
+                       f"[flops_seen, eval_loss] pairs")
+  if np.any(~np.isfinite(arr)) or np.any(arr[:, 0] < 0) or np.any(arr[:, 1] <= 0):
+    raise ResultsError(f"{where}: run {rid!r} eval_curve has a NaN, negative FLOPs or "
+                       f"non-positive loss value")
+  arr = arr[arr[:, 0] > 0]
+  if arr.shape[0] == 0:
+    raise ResultsError(f"{where}: run {rid!r} eval_curve has no point after 0 FLOPs")
+  return arr[np.argsort(arr[:, 0], kind="stable")]
+
+
+def load_results(path: str, *, min_budgets: int = 3) -> Runs:
+  """Loads a results table (ladder JSONL or CSV) and validates it.
+
+  Args:
+    path: a ``.jsonl``/``.json`` file from the ladder runner, or a ``.csv``
+      (other extensions are sniffed: a first character ``{`` means JSONL).
+    min_budgets: fewest distinct IsoFLOP budgets accepted (a scaling law needs
+      at least 3 points along C).
+
+  Returns:
+    The finished runs.
+
+  Raises:
+    ResultsError: a missing file or column, an unparsable, NaN or non-positive
+      value, a duplicated run, no finished runs, or fewer than ``min_budgets``
+      budgets. The message names the file, line and column.
+  """
+  if not os.path.isfile(path):
+    raise ResultsError(f"results file {path!r} does not exist")
+  with open(path, newline="") as f:
+    text = f.read()
+  if not text.strip():
+    raise ResultsError(f"results file {path!r} is empty")
+  ext = os.path.splitext(path)[1].lower()
+  if ext in (".jsonl", ".json", ".ndjson") or (ext != ".csv" and text.lstrip().startswith("{")):
+    runs = _parse_jsonl(text, path)
+  else:
+    runs = _parse_csv(text, path)
+  n_budgets = len(runs.budgets())
+  if n_budgets < min_budgets:
+    listed = ", ".join(f"{b:.3g}" for b in runs.budgets())
+    raise ResultsError(f"{path}: only {n_budgets} IsoFLOP budget(s) ({listed} FLOPs) among "
+                       f"{len(runs)} finished runs; fitting a scaling law needs at least "
+                       f"{min_budgets}")
+  return runs
+
+
+def _number(value, path: str, line: int, column: str, *, positive: bool = True) -> float:
+  try:
+    x = float(value)
+  except (TypeError, ValueError):
+    raise ResultsError(f"{path}:{line}: column {column!r} is not a number: {value!r}") from None
+  if math.isnan(x):
+    raise ResultsError(f"{path}:{line}: column {column!r} is NaN")
+  if not math.isfinite(x) or (positive and x <= 0):
+    raise ResultsError(f"{path}:{line}: column {column!r} must be finite and > 0, got {x!r}")
+  return x
+
+
+def _parse_jsonl(text: str, path: str) -> Runs:
+  N, D, loss, budget, ids, curves = [], [], [], [], [], []
+  seen: dict[str, int] = {}
+  seen_config: dict[tuple, int] = {}
+  n_failed = 0
+  any_budget = None
+  all_curves = True
+  for line_no, raw in enumerate(text.splitlines(), start=1):
+    if not raw.strip():
+      continue
+    try:
+      row = json.loads(raw)
+    except json.JSONDecodeError as e:
+      raise ResultsError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+      raise ResultsError(f"{path}:{line_no}: each line must be a JSON object")
+    if "run_id" not in row:
+      raise ResultsError(f"{path}:{line_no}: missing column 'run_id'")
+    rid = str(row["run_id"])
+    if rid in seen:
+      raise ResultsError(f"{path}:{line_no}: duplicated run {rid!r} (first on line {seen[rid]}); "
+                         f"a results table must have exactly one row per run")
+    seen[rid] = line_no
+    status = row.get("status", "done")
+    if status == "failed":
+      n_failed += 1
+      continue
+    if status != "done":
+      raise ResultsError(f"{path}:{line_no}: run {rid!r} has status {status!r}; expected 'done' "
+                         f"or 'failed'")
+    for col in ("N", "D", "final_eval_loss"):
+      if col not in row or row[col] is None:
+        raise ResultsError(f"{path}:{line_no}: run {rid!r} is missing column {col!r}")
+    n = _number(row["N"], path, line_no, "N")
+    d = _number(row["D"], path, line_no, "D")
+    l = _number(row["final_eval_loss"], path, line_no, "final_eval_loss")
+    has_b = row.get("C_budget") is not None
+    if any_budget is None:
+      any_budget = has_b
+    elif any_budget != has_b:
+      raise ResultsError(f"{path}:{line_no}: run {rid!r}: column 'C_budget' is present on some "
+                         f"rows and missing on others")
+    b = _number(row["C_budget"], path, line_no, "C_budget") if has_b else 6.0 * n * d
+    config = (round(math.log(b), 6), int(round(n)), round(math.log(d), 6))
+    if config in seen_config:
+      raise ResultsError(f"{path}:{line_no}: duplicated run: {rid!r} repeats the (C_budget, N, D) "
+                         f"of the run on line {seen_config[config]}")
+    seen_config[config] = line_no
+    curve = row.get("eval_curve")
+    if curve:
+      try:
+        curves.append(_check_curve(curve, f"{path}:{line_no}", rid))
+      except (TypeError, ValueError) as e:
+        raise ResultsError(str(e)) from None
+    else:
+      all_curves = False
+      curves.append(None)
+    N.append(n)
+    D.append(d)
+    loss.append(l)
+    budget.append(b)
+    ids.append(rid)
+  if not N:
+    raise ResultsError(f"{path}: no finished runs to fit ({n_failed} failed)")
+  budget_arr = np.asarray(budget) if any_budget else None
+  return runs_from_arrays(N, D, loss, budget=budget_arr, run_id=ids,
+                          curves=curves if all_curves else None, source=path, n_failed=n_failed)
+
+
+def _find_column(header: Sequence[str], name: str) -> str | None:
+  for alias in _CSV_ALIASES[name]:
+    if alias in header:
+      return alias
+  return None
+
+
+def _parse_csv(text: str, path: str) -> Runs:
+  reader = csv.DictReader(text.splitlines())
+  header = [h.strip() for h in (reader.fieldnames or [])]
+  reader.fieldnames = header
+  cols = {name: _find_column(header, name) for name in _CSV_ALIASES}
+  for required in ("N", "loss"):
+    if cols[required] is None:
+      raise ResultsError(f"{path}: missing column {required!r} (accepted names: "
+                         f"{', '.join(_CSV_ALIASES[required])}); the header is {header}")
+  if cols["D"] is None and cols["C"] is None:
+    raise ResultsError(f"{path}: missing column 'D' or 'C' (tokens, or FLOPs with D = C/(6N)); "
+                       f"the header is {header}")
+  N, D, loss, budget, ids = [], [], [], [], []
+  seen_ids: dict[str, int] = {}
+  seen_rows: dict[tuple, int] = {}
+  n_failed = 0
+  for line_no, row in enumerate(reader, start=2):
+    if not any((v or "").strip() for v in row.values()):
+      continue
+    if cols["status"] and (row.get(cols["status"]) or "").strip() == "failed":
+      n_failed += 1
+      continue
+    n = _number(row.get(cols["N"]), path, line_no, cols["N"])
+    if cols["D"] is not None:
+      d = _number(row.get(cols["D"]), path, line_no, cols["D"])
+    else:
+      d = _number(row.get(cols["C"]), path, line_no, cols["C"]) / (6.0 * n)
+    l = _number(row.get(cols["loss"]), path, line_no, cols["loss"])
+    if cols["run_id"]:
+      rid = (row.get(cols["run_id"]) or "").strip()
+      if rid in seen_ids:
+        raise ResultsError(f"{path}:{line_no}: duplicated run {rid!r} (first on line "
+                           f"{seen_ids[rid]})")
+      seen_ids[rid] = line_no
+    else:
+      rid = f"line{line_no}"
+    key = (n, d, l)
+    if key in seen_rows:
+      raise ResultsError(f"{path}:{line_no}: duplicated run: same N, D and loss as line "
+                         f"{seen_rows[key]}")
+    seen_rows[key] = line_no
+    if cols["C_budget"]:
+      budget.append(_number(row.get(cols["C_budget"]), path, line_no, cols["C_budget"]))
+    N.append(n)
+    D.append(d)
+    loss.append(l)
+    ids.append(rid)
+  if not N:
+    raise ResultsError(f"{path}: no runs to fit (the table has a header but no data rows"
+                       f"{f', {n_failed} failed' if n_failed else ''})")
+  return runs_from_arrays(N, D, loss, budget=np.asarray(budget) if cols["C_budget"] else None,
+                          run_id=ids, source=path, n_failed=n_failed)
+
+
+def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> None:
+  """Writes ``runs`` as a ladder-style JSONL results table (plus failed rows).
+
+  Only the fields the fitters read are written (run_id, status, C_budget, N,
+  D, C_6nd, final_eval_loss, eval_curve); ``failed`` adds rows with status
+  "failed" and those run ids.
+  """
+  with open(path, "w") as f:
+    for i in range(len(runs)):
+      row = {"run_id": runs.run_id[i], "status": "done", "C_budget": float(runs.budget[i]),
+             "N": int(round(runs.N[i])), "D": float(runs.D[i]), "C_6nd": float(runs.C[i]),
+             "final_eval_loss": float(runs.loss[i])}
+      if runs.curves is not None:
+        row["eval_curve"] = runs.curves[i].tolist()
+      f.write(json.dumps(row) + "\n")
+    for rid in failed:
+      f.write(json.dumps({"run_id": rid, "status": "failed"}) + "\n")

@@ -1,0 +1,222 @@
+"""Figures of a fit, written as PNG and SVG (matplotlib, Agg backend).
+
+* ``isoflop``: loss vs N per IsoFLOP budget with the fitted parabolas and
+  their minima (Chinchilla Fig. 3); without usable budgets, the data coloured
+  by C with the Approach-3 law's IsoFLOP slices (Chinchilla Fig. 4, right).
+* ``frontier``: N_opt(C) and D_opt(C) of each fitted approach with its
+  bootstrap band, and the published laws beside them (Chinchilla Fig. 1/A3).
+* ``contours``: Approach-3 loss contours over (N, D) with the data, the
+  compute-optimal frontier and IsoFLOP lines C = 6ND (Chinchilla Fig. 4, left).
+* ``residuals``: ln L_pred - ln L of Approach 3 vs N and vs C (or the
+  parabola residuals of Approach 2 when Approach 3 was not fitted).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from analysis import laws  # noqa: E402
+from analysis.fit import FitReport  # noqa: E402
+
+_APPROACH_COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:green"}
+_PUBLISHED_STYLES = ("--", ":", "-.", (0, (5, 2, 1, 2)), (0, (1, 3)))
+
+
+def _save(fig, out_dir: str, stem: str) -> list[str]:
+  paths = []
+  for ext in ("png", "svg"):
+    path = os.path.join(out_dir, f"{stem}.{ext}")
+    fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")
+    paths.append(path)
+  plt.close(fig)
+  return paths
+
+
+def _budget_colors(budgets: np.ndarray):
+  logs = np.log10(budgets)
+  span = max(float(logs.max() - logs.min()), 1e-9)
+  cmap = plt.get_cmap("viridis")
+  return {float(b): cmap(0.9 * (np.log10(b) - logs.min()) / span) for b in budgets}
+
+
+def plot_isoflop(report: FitReport, out_dir: str) -> list[str]:
+  """IsoFLOP profiles: loss vs N per budget, parabolas and minima. Returns written paths."""
+  runs = report.runs
+  fig, ax = plt.subplots(figsize=(7, 5))
+  a2 = report.results.get("2")
+  a3 = report.results.get("3")
+  if a2 is not None:
+    colors = _budget_colors(np.array([p.C for p in a2.budgets]))
+    for p in a2.budgets:
+      sel = runs.budget == p.C
+      col = colors[float(p.C)]
+      ax.scatter(runs.N[sel], runs.loss[sel], color=col, s=18, zorder=3,
+                 label=f"C = {p.C:.2g}")
+      if p.coeffs is not None:
+        x = np.linspace(np.log(p.N_range[0]) - 0.2, np.log(p.N_range[1]) + 0.2, 100)
+        ax.plot(np.exp(x), np.polyval(p.coeffs, x), color=col, lw=1.2)
+      if p.status == "ok":
+        ax.scatter([p.N_opt], [p.loss_opt], marker="*", s=140, color=col, edgecolor="k",
+                   zorder=4)
+      elif p.status == "edge" and np.isfinite(p.N_opt):
+        ax.scatter([p.N_opt], [p.loss_opt], marker="X", s=80, color=col, edgecolor="k", zorder=4)
+    ax.set_title("IsoFLOP profiles (Approach 2): parabolas in ln N; ★ minimum, X left out (edge)",
+                 fontsize=9)
+  else:
+    sc = ax.scatter(runs.N, runs.loss, c=np.log10(runs.C), cmap="viridis", s=14, zorder=3)
+    fig.colorbar(sc, ax=ax, label="log10 C (FLOPs)")
+    if a3 is not None:
+      law = a3.law
+      for C in np.geomspace(runs.C.min(), runs.C.max(), 6):
+        N = np.geomspace(runs.N.min() / 2, runs.N.max() * 2, 200)
+        ax.plot(N, law.loss(N, C / (6 * N)), color="0.4", lw=0.8)
+        n_opt, _ = law.optimal_allocation(C)
+        ax.scatter([n_opt], [law.optimal_loss(C)], marker="*", s=80, color="k", zorder=4)
+      ax.set_title("Data by C, with IsoFLOP slices of the Approach-3 law (★ optimum)", fontsize=9)
+    else:
+      ax.set_title("Data by C (no IsoFLOP budgets usable for parabolas)", fontsize=9)
+  ax.set_xscale("log")
+  ax.set_xlabel("N (parameters)")
+  ax.set_ylabel("loss (nats/token)")
+  if a2 is not None and len(a2.budgets) <= 12:
+    ax.legend(fontsize=7, loc="upper right")
+  ax.grid(True, which="both", alpha=0.2)
+  return _save(fig, out_dir, "isoflop")
+
+
+def plot_frontier(report: FitReport, out_dir: str,
+                  compare: Sequence[laws.Law] = ()) -> list[str]:
+  """N_opt(C) and D_opt(C): fits with bootstrap bands and published laws. Returns paths."""
+  C = report.frontier_C
+  fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+  for k, res in sorted(report.results.items()):
+    law = res.law
+    n_opt, d_opt = law.optimal_allocation(C)
+    col = _APPROACH_COLORS[k]
+    label = f"Approach {k}: a = {law.a:.3f}"
+    axes[0].plot(C, n_opt, color=col, lw=2, label=label)
+    axes[1].plot(C, d_opt, color=col, lw=2, label=f"Approach {k}: b = {law.b:.3f}")
+    boot = report.bootstraps.get(k)
+    if boot is not None and np.all(np.isfinite(boot.frontier_N[0])):
+      axes[0].fill_between(boot.frontier_C, *boot.frontier_N, color=col, alpha=0.2, lw=0)
+      axes[1].fill_between(boot.frontier_C, *boot.frontier_D, color=col, alpha=0.2, lw=0)
+    if k == "2":
+      used = res.used
+      axes[0].scatter([p.C for p in used], [p.N_opt for p in used], color=col, s=30,
+                      edgecolor="k", zorder=4)
+      axes[1].scatter([p.C for p in used], [p.D_opt for p in used], color=col, s=30,
+                      edgecolor="k", zorder=4)
+    if k == "1":
+      step = max(1, len(res.C) // 60)
+      axes[0].scatter(res.C[::step], res.N_env[::step], color=col, s=6, zorder=3)
+      axes[1].scatter(res.C[::step], res.D_env[::step], color=col, s=6, zorder=3)
+  for i, law in enumerate(compare):
+    n_opt, d_opt = law.optimal_allocation(C)
+    style = _PUBLISHED_STYLES[i % len(_PUBLISHED_STYLES)]
+    axes[0].plot(C, n_opt, color="0.3", ls=style, lw=1, label=f"{law.name} (a = {law.a:.3f})")
+    axes[1].plot(C, d_opt, color="0.3", ls=style, lw=1, label=f"{law.name} (b = {law.b:.3f})")
+  cmin, cmax = report.runs.C.min(), report.runs.C.max()
+  for ax, ylabel in zip(axes, ("N_opt (parameters)", "D_opt (tokens)")):
+    ax.axvspan(cmin, cmax, color="0.9", zorder=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("C (FLOPs, C = 6ND)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=7)
+  axes[0].set_title("Compute-optimal model size (bands: bootstrap 95%; grey: data range)",
+                    fontsize=9)
+  axes[1].set_title("Compute-optimal tokens", fontsize=9)
+  return _save(fig, out_dir, "frontier")
+
+
+def plot_contours(report: FitReport, out_dir: str) -> list[str]:
+  """Approach-3 loss contours over (N, D) with data and frontier. Returns paths ([] without A3)."""
+  a3 = report.results.get("3")
+  if a3 is None:
+    return []
+  law = a3.law
+  runs = report.runs
+  N = np.geomspace(runs.N.min() / 3, runs.N.max() * 3, 200)
+  D = np.geomspace(runs.D.min() / 3, runs.D.max() * 3, 200)
+  NN, DD = np.meshgrid(N, D)
+  L = law.loss(NN, DD)
+  fig, ax = plt.subplots(figsize=(7, 5.5))
+  levels = np.quantile(L, np.linspace(0.02, 0.98, 14))
+  cs = ax.contour(NN, DD, L, levels=np.unique(levels), cmap="magma", linewidths=0.8)
+  ax.clabel(cs, fontsize=6, fmt="%.2f")
+  sc = ax.scatter(runs.N, runs.D, c=runs.loss, cmap="magma", s=14, edgecolor="k", lw=0.3,
+                  zorder=3)
+  fig.colorbar(sc, ax=ax, label="observed loss (nats/token)")
+  C = np.geomspace(6 * N.min() * D.min(), 6 * N.max() * D.max(), 200)
+  n_opt, d_opt = law.optimal_allocation(C)
+  inside = (n_opt >= N.min()) & (n_opt <= N.max()) & (d_opt >= D.min()) & (d_opt <= D.max())
+  ax.plot(n_opt[inside], d_opt[inside], color="tab:green", lw=2, label="frontier (Approach 3)")
+  for Ci in np.geomspace(runs.C.min(), runs.C.max(), 5):
+    ax.plot(N, Ci / (6 * N), color="0.5", lw=0.6, ls=":")
+  ax.set_xlim(N.min(), N.max())
+  ax.set_ylim(D.min(), D.max())
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("N (parameters)")
+  ax.set_ylabel("D (tokens)")
+  ax.set_title("Loss contours of the fitted L(N, D); dotted: IsoFLOP lines C = 6ND", fontsize=9)
+  ax.legend(fontsize=8, loc="upper right")
+  return _save(fig, out_dir, "contours")
+
+
+def plot_residuals(report: FitReport, out_dir: str) -> list[str]:
+  """Residuals of Approach 3 (or the Approach-2 parabolas). Returns paths ([] if neither)."""
+  runs = report.runs
+  a3 = report.results.get("3")
+  a2 = report.results.get("2")
+  if a3 is None and a2 is None:
+    return []
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  if a3 is not None:
+    res = a3.residuals
+    ylabel = "ln L_pred - ln L (Approach 3)"
+    delta = a3.delta
+  else:
+    res = np.full(len(runs), np.nan)
+    for p in a2.budgets:
+      if p.coeffs is not None:
+        sel = runs.budget == p.C
+        res[sel] = np.polyval(p.coeffs, np.log(runs.N[sel])) - runs.loss[sel]
+    ylabel = "parabola - loss (Approach 2, nats/token)"
+    delta = None
+  for ax, x, xlabel in ((axes[0], runs.N, "N (parameters)"), (axes[1], runs.C, "C (FLOPs)")):
+    ax.scatter(x, res, s=10, c=np.log10(runs.C), cmap="viridis")
+    ax.axhline(0, color="k", lw=0.8)
+    if delta is not None:
+      ax.axhspan(-delta, delta, color="tab:green", alpha=0.15, lw=0,
+                 label=f"Huber quadratic zone (δ = {delta:g})")
+      ax.legend(fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.2)
+  finite = res[np.isfinite(res)]
+  rms = float(np.sqrt(np.mean(finite ** 2))) if finite.size else float("nan")
+  fig.suptitle(f"Residuals (RMS {rms:.4f})", fontsize=10)
+  return _save(fig, out_dir, "residuals")
+
+
+def make_figures(report: FitReport, out_dir: str,
+                 compare: Sequence[laws.Law] = ()) -> list[str]:
+  """Writes every figure that the fitted approaches allow; returns the paths (PNG and SVG)."""
+  os.makedirs(out_dir, exist_ok=True)
+  paths = []
+  paths += plot_isoflop(report, out_dir)
+  if report.results:
+    paths += plot_frontier(report, out_dir, compare)
+  paths += plot_contours(report, out_dir)
+  paths += plot_residuals(report, out_dir)
+  return paths

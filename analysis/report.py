@@ -1,0 +1,285 @@
+"""The fit report: a JSON file with every number and a short markdown summary.
+
+JSON layout (``fit.json``):
+
+* ``input``: source, run counts (fitted, failed), budgets, ranges of N, D, C, loss.
+* top level ``E``, ``A``, ``B``, ``alpha``, ``beta``, ``a``, ``b``, ``G`` — the
+  Approach-3 law when Approach 3 was fitted (so that
+  :func:`analysis.laws.get_law` can load the file and ``chinchax plan`` can use it).
+* ``approach1`` / ``approach2`` / ``approach3``: ``status`` ("ok" | "skipped"
+  with ``reason``), the parameters, ``ci`` (95% bootstrap intervals of every
+  parameter and exponent), ``std`` and ``bootstrap`` (how it was drawn).
+* ``frontier``: per C, each approach's N_opt, D_opt, tokens per parameter,
+  predicted loss (Approach 3) and the bootstrap interval of N_opt.
+* ``published``: the published laws' exponents and their allocation at the
+  data's largest C, for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from analysis import fit as fitlib
+from analysis import laws
+
+
+def _f(x) -> float | None:
+  """JSON-safe float (NaN/inf -> None)."""
+  if x is None:
+    return None
+  x = float(x)
+  return x if math.isfinite(x) else None
+
+
+def _fmt(x, digits: int = 4) -> str:
+  if x is None or (isinstance(x, float) and not math.isfinite(x)):
+    return "–"
+  x = float(x)
+  if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+    return f"{x:.{digits - 1}e}"
+  return f"{x:.{digits}g}"
+
+
+def _boot_dict(boot: fitlib.BootstrapResult | None) -> dict:
+  if boot is None:
+    return {"ci": None, "std": None, "bootstrap": None}
+  return {
+      "ci": {k: [_f(lo), _f(hi)] for k, (lo, hi) in boot.ci.items()},
+      "std": {k: _f(v) for k, v in boot.std.items()},
+      "bootstrap": {"n_resamples": boot.n_resamples, "n_failed": boot.n_failed,
+                    "seed": boot.seed, "level": boot.level, "method": boot.method,
+                    "wall_time_s": round(boot.wall_time_s, 3)},
+  }
+
+
+def _approach_dict(key: str, res, boot) -> dict:
+  d: dict = {"status": "ok"}
+  d.update({k: _f(v) for k, v in res.params().items()})
+  if key == "1":
+    d.update({"edge_fraction": _f(res.edge_fraction), "n_envelope_points": int(len(res.C)),
+              "C_range": [_f(res.C[0]), _f(res.C[-1])],
+              "distinct_N_on_envelope": int(np.unique(res.N_env).size)})
+  elif key == "2":
+    d.update({"n_budgets_used": len(res.used), "n_budgets_left_out": len(res.left_out),
+              "budgets": [p.to_dict() for p in res.budgets]})
+    for b in d["budgets"]:
+      for k, v in list(b.items()):
+        if isinstance(v, float):
+          b[k] = _f(v)
+  elif key == "3":
+    d.update({
+        "objective": _f(res.objective), "huber_delta": res.delta,
+        "loss_function": "sum of Huber(LSE(logA - alpha ln N, logB - beta ln D, logE) - ln L)",
+        "optimizer": "scipy.optimize.minimize L-BFGS-B, analytic gradient",
+        "n_starts": res.n_starts, "n_starts_at_best": res.n_starts_at_best,
+        "n_interior_starts_at_best": res.n_interior_starts_at_best,
+        "best_start": dict(zip(fitlib.THETA_NAMES, (float(v) for v in res.best_start))),
+        "best_start_on_grid_edge": res.best_start_on_grid_edge,
+        "optimum_inside_grid": res.optimum_inside_grid,
+        "converged": res.converged, "n_iter": res.n_iter,
+        "wall_time_s": round(res.wall_time_s, 3),
+        "residual_rms": _f(np.sqrt(np.mean(res.residuals ** 2))),
+        "fit_range_flops": [_f(v) for v in res.fit_range_flops],
+    })
+  d.update(_boot_dict(boot))
+  return d
+
+
+def _frontier_rows(report: fitlib.FitReport) -> list[dict]:
+  runs = report.runs
+  cmax = runs.C.max()
+  lo = math.floor(math.log10(runs.C.min()))
+  hi = math.ceil(math.log10(report.frontier_C.max()))
+  rows = []
+  for e in range(lo, hi + 1):
+    C = 10.0 ** e
+    row: dict = {"C": C, "extrapolated": bool(C > cmax * 1.0001 or C < runs.C.min() / 1.0001)}
+    for k, res in sorted(report.results.items()):
+      law = res.law
+      n_opt, d_opt = law.optimal_allocation(C)
+      entry = {"N_opt": _f(n_opt), "D_opt": _f(d_opt), "tokens_per_param": _f(d_opt / n_opt)}
+      if law.has_loss:
+        entry["loss"] = _f(law.optimal_loss(C))
+      boot = report.bootstraps.get(k)
+      if boot is not None and boot.samples:
+        ns = []
+        for i in range(len(next(iter(boot.samples.values())))):
+          params = {p: boot.samples[p][i] for p in boot.samples}
+          ns.append(_law_like(k, params).optimal_allocation(C)[0])
+        if ns:
+          q = (100 * (1 - boot.level) / 2, 100 * (1 + boot.level) / 2)
+          entry["N_opt_ci"] = [_f(np.percentile(ns, q[0])), _f(np.percentile(ns, q[1]))]
+      row[f"approach{k}"] = entry
+    rows.append(row)
+  return rows
+
+
+def _law_like(key: str, params: dict) -> laws.Law:
+  if key == "3":
+    return laws.ParametricLaw(name="boot", E=params["E"], A=params["A"], B=params["B"],
+                              alpha=params["alpha"], beta=params["beta"])
+  return laws.PowerLawAllocation(name="boot", k_N=params["k_N"], a=params["a"])
+
+
+def report_dict(report: fitlib.FitReport, compare: Sequence[laws.Law] = (),
+                figures: Sequence[str] = ()) -> dict:
+  """Every number of a fit as a JSON-ready dict (layout in the module docstring)."""
+  runs = report.runs
+  out: dict = {
+      "input": {
+          "source": runs.source, "n_runs": len(runs), "n_failed": runs.n_failed,
+          "n_budgets": int(len(runs.budgets())),
+          "budgets_from": "C_budget column" if runs.has_budget_column else "C = 6ND grouped",
+          "budgets": [_f(b) for b in runs.budgets()],
+          "has_eval_curves": runs.curves is not None,
+          "N_range": [_f(runs.N.min()), _f(runs.N.max())],
+          "D_range": [_f(runs.D.min()), _f(runs.D.max())],
+          "C_range": [_f(runs.C.min()), _f(runs.C.max())],
+          "loss_range": [_f(runs.loss.min()), _f(runs.loss.max())],
+          "units": {"N": "parameters", "D": "tokens", "C": "FLOPs (6ND)", "loss": "nats/token"},
+      },
+      "approaches_requested": list(report.requested),
+  }
+  if "3" in report.results:
+    a3 = report.results["3"]
+    out.update({k: _f(v) for k, v in a3.params().items()})
+    out["fit_range_flops"] = [_f(v) for v in a3.fit_range_flops]
+    out["law_from"] = "approach3"
+  for key in fitlib.APPROACHES:
+    if key in report.results:
+      out[f"approach{key}"] = _approach_dict(key, report.results[key], report.bootstraps.get(key))
+    elif key in report.skipped:
+      out[f"approach{key}"] = {"status": "skipped", "reason": report.skipped[key]}
+  out["frontier"] = _frontier_rows(report)
+  cmax = float(runs.C.max())
+  pub = {}
+  for law in compare:
+    n_opt, d_opt = law.optimal_allocation(cmax)
+    entry = law.to_dict()
+    entry.update({"at_C": cmax, "N_opt": n_opt, "D_opt": d_opt, "tokens_per_param": d_opt / n_opt})
+    if law.has_loss:
+      entry["loss"] = law.optimal_loss(cmax)
+    pub[law.name] = entry
+  out["published"] = pub
+  out["figures"] = [os.path.basename(p) for p in figures]
+  return out
+
+
+def _ci_text(d: dict, key: str) -> str:
+  ci = (d.get("ci") or {}).get(key)
+  if not ci or ci[0] is None:
+    return ""
+  return f" [{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def markdown(data: dict) -> str:
+  """A short markdown summary of :func:`report_dict`'s output."""
+  inp = data["input"]
+  lines = ["# Scaling-law fit", ""]
+  lines.append(f"Input: `{inp['source']}` — {inp['n_runs']} runs fitted, {inp['n_failed']} failed "
+               f"(ignored); {inp['n_budgets']} IsoFLOP budgets ({inp['budgets_from']}); "
+               f"N {_fmt(inp['N_range'][0])}–{_fmt(inp['N_range'][1])} params, "
+               f"C {_fmt(inp['C_range'][0])}–{_fmt(inp['C_range'][1])} FLOPs, "
+               f"loss {_fmt(inp['loss_range'][0])}–{_fmt(inp['loss_range'][1])} nats/token.")
+  lines.append("")
+  lines += ["## Exponents (N_opt ∝ C^a, D_opt ∝ C^b; 95% bootstrap intervals)", "",
+            "| law | a | b |", "|---|---|---|"]
+  for key in fitlib.APPROACHES:
+    d = data.get(f"approach{key}")
+    if d is None:
+      continue
+    if d["status"] != "ok":
+      lines.append(f"| Approach {key} | skipped | {d['reason']} |")
+      continue
+    lines.append(f"| Approach {key} | {_fmt(d['a'])}{_ci_text(d, 'a')} | "
+                 f"{_fmt(d['b'])}{_ci_text(d, 'b')} |")
+  for name, p in data.get("published", {}).items():
+    lines.append(f"| {name} (published) | {_fmt(p['a'])} | {_fmt(p['b'])} |")
+  lines.append("")
+  d3 = data.get("approach3")
+  if d3 and d3["status"] == "ok":
+    lines += ["## Approach 3: L(N, D) = E + A / N^alpha + B / D^beta", "",
+              "| parameter | value | 95% CI |", "|---|---|---|"]
+    for k in ("E", "A", "B", "alpha", "beta", "a", "b", "G"):
+      ci = (d3.get("ci") or {}).get(k)
+      ci_s = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci and ci[0] is not None else "–"
+      lines.append(f"| {k} | {_fmt(d3[k], 5)} | {ci_s} |")
+    bs = d3["best_start"]
+    lines += ["", f"Summed Huber loss (δ = {d3['huber_delta']:g}) {_fmt(d3['objective'])} after "
+              f"L-BFGS from {d3['n_starts']} starts ({d3['wall_time_s']:.1f} s); "
+              f"{d3['n_starts_at_best']} starts reached the best optimum "
+              f"({d3['n_interior_starts_at_best']} of them from the grid's interior). Best start "
+              f"(logA, logB, logE, alpha, beta) = ({', '.join(_fmt(v) for v in bs.values())}), "
+              f"{'ON' if d3['best_start_on_grid_edge'] else 'not on'} the grid's edge; optimum "
+              f"{'inside' if d3['optimum_inside_grid'] else 'OUTSIDE'} the grid. "
+              f"Residual RMS (ln L) {_fmt(d3['residual_rms'])}."]
+    if d3["n_interior_starts_at_best"] == 0:
+      lines.append("WARNING: only starts on the grid's edge reached the best optimum; a wider "
+                   "grid of starts might find a better one.")
+    if d3.get("bootstrap"):
+      lines.append(f"Bootstrap: {d3['bootstrap']['method']} ({d3['bootstrap']['wall_time_s']:.1f} s"
+                   f", {d3['bootstrap']['n_failed']} failed).")
+    lines.append("")
+  for key in ("1", "2"):
+    d = data.get(f"approach{key}")
+    if d and d["status"] == "ok":
+      lines.append(f"## Approach {key}: N_opt = k_N C^a")
+      lines.append("")
+      lines.append(f"k_N = {_fmt(d['k_N'])}{_ci_text(d, 'k_N')}, a = {_fmt(d['a'])}"
+                   f"{_ci_text(d, 'a')}; k_D = {_fmt(d['k_D'])}, b = {_fmt(d['b'])}"
+                   f"{_ci_text(d, 'b')}.")
+      if key == "1":
+        lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, "
+                     f"{d['distinct_N_on_envelope']} distinct N on it; "
+                     f"{100 * d['edge_fraction']:.0f}% of points won by the smallest or largest N.")
+      if key == "2":
+        lines += ["", "| C (FLOPs) | sizes | N_opt | D_opt | loss_min | status |",
+                  "|---|---|---|---|---|---|"]
+        few = [b for b in d["budgets"] if b["status"] == "too-few-sizes"]
+        for b in d["budgets"]:
+          if b["status"] == "too-few-sizes" and len(few) > 5:
+            continue
+          status = b["status"] + (f": {b['reason']}" if b["reason"] else "")
+          lines.append(f"| {_fmt(b['C'])} | {b['n_sizes']} | {_fmt(b['N_opt'])} | "
+                       f"{_fmt(b['D_opt'])} | {_fmt(b['loss_opt'])} | {status} |")
+        if len(few) > 5:
+          lines.append(f"\n{len(few)} further budgets have fewer than 3 model sizes (left out; "
+                       f"listed in fit.json).")
+      lines.append("")
+  keys = [k for k in fitlib.APPROACHES if data.get(f"approach{k}", {}).get("status") == "ok"]
+  if keys:
+    lines += ["## Compute-optimal frontier (* = extrapolated beyond the data)", "",
+              "| C (FLOPs) | " + " | ".join(f"A{k}: N_opt | A{k}: D_opt | A{k}: D/N" for k in keys)
+              + (" | A3: loss |" if "3" in keys else " |"),
+              "|---|" + "---|---|---|" * len(keys) + ("---|" if "3" in keys else "")]
+    for row in data["frontier"]:
+      cells = [f"{_fmt(row['C'])}{'*' if row['extrapolated'] else ''}"]
+      for k in keys:
+        e = row[f"approach{k}"]
+        cells += [_fmt(e["N_opt"]), _fmt(e["D_opt"]), _fmt(e["tokens_per_param"], 3)]
+      if "3" in keys:
+        cells.append(_fmt(row["approach3"]["loss"]))
+      lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+  if data.get("figures"):
+    lines += ["## Figures", ""] + [f"- {f}" for f in data["figures"]] + [""]
+  return "\n".join(lines)
+
+
+def write_report(report: fitlib.FitReport, out_dir: str, compare: Sequence[laws.Law] = (),
+                 figures: Sequence[str] = ()) -> tuple[str, str]:
+  """Writes ``fit.json`` and ``fit.md`` into ``out_dir``; returns their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  data = report_dict(report, compare, figures)
+  json_path = os.path.join(out_dir, "fit.json")
+  md_path = os.path.join(out_dir, "fit.md")
+  with open(json_path, "w") as f:
+    json.dump(data, f, indent=2, allow_nan=False)
+  with open(md_path, "w") as f:
+    f.write(markdown(data))
+  return json_path, md_path

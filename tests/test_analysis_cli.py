@@ -1,0 +1,118 @@
+"""End-to-end tests of `chinchax fit` (analysis.cli.main) on synthetic ladders."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from analysis import cli, fit, laws
+from analysis.io import write_results_jsonl
+
+TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
+BUDGETS = np.geomspace(1e18, 1e21, 7)
+FIGURES = ("isoflop", "frontier", "contours", "residuals")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def small_grid(monkeypatch):
+  """Every 25th start of the 4500-point grid, to keep the CLI tests quick."""
+  full = fit.chinchilla_grid()
+  monkeypatch.setattr(fit, "chinchilla_grid", lambda: full[::25])
+
+
+@pytest.fixture
+def ladder(tmp_path):
+  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=9, noise=0.0005, curve_noise=0.0005, seed=5,
+                            curve_points=25)
+  path = tmp_path / "results.jsonl"
+  write_results_jsonl(runs, str(path), failed=["c9_n9"])
+  return path
+
+
+@pytest.fixture
+def final_csv(tmp_path):
+  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=7, noise=0.002, seed=6)
+  path = tmp_path / "final.csv"
+  with open(path, "w") as f:
+    f.write("N,C,loss\n")
+    for n, c, l in zip(runs.N, runs.C, runs.loss):
+      f.write(f"{float(n)!r},{float(c)!r},{float(l)!r}\n")
+  return path
+
+
+def test_all_approaches_end_to_end(ladder, tmp_path, small_grid, capsys):
+  out = tmp_path / "out"
+  rc = cli.main([str(ladder), "--approach", "all", "--out", str(out), "--bootstrap", "12",
+                 "--seed", "1", "--jobs", "1"])
+  assert rc == 0, capsys.readouterr().err
+  for stem in FIGURES:
+    png, svg = out / f"{stem}.png", out / f"{stem}.svg"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in svg.read_bytes()[:2000]
+  data = json.loads((out / "fit.json").read_text())
+  assert data["input"]["n_runs"] == 63 and data["input"]["n_failed"] == 1
+  for key in ("1", "2", "3"):
+    section = data[f"approach{key}"]
+    assert section["status"] == "ok"
+    assert abs(section["a"] - TRUE.a) < 0.02, key
+    assert section["bootstrap"]["n_resamples"] == 12
+    for name, (lo, hi) in section["ci"].items():
+      assert lo is not None and lo <= hi, (key, name)
+  # Parameter recovery within 5% is tested in test_analysis_fit.py; here the
+  # numbers only have to reach the JSON (B is the least determined, as in Epoch's refit).
+  for name in ("E", "A", "B", "alpha", "beta"):
+    assert data[name] == pytest.approx(getattr(TRUE, name), rel=0.1)
+  assert {"a", "b", "G"} <= set(data)
+  rows = data["frontier"]
+  assert rows and all("approach3" in r and "loss" in r["approach3"] for r in rows)
+  assert set(data["published"]) == set(laws.PUBLISHED_LAWS)
+  md = (out / "fit.md").read_text()
+  assert "| Approach 1 |" in md and "| Approach 2 |" in md and "| alpha |" in md
+  assert isinstance(laws.get_law(str(out / "fit.json")), laws.ParametricLaw)
+
+
+def test_csv_all_skips_approach1_with_reason(final_csv, tmp_path, small_grid):
+  out = tmp_path / "out"
+  rc = cli.main([str(final_csv), "--out", str(out), "--bootstrap", "0", "--jobs", "1", "--quiet"])
+  assert rc == 0
+  data = json.loads((out / "fit.json").read_text())
+  assert data["approach1"]["status"] == "skipped"
+  assert "eval-loss curve" in data["approach1"]["reason"]
+  assert data["approach2"]["status"] == "ok" and data["approach3"]["status"] == "ok"
+  assert "skipped" in (out / "fit.md").read_text()
+
+
+def test_explicit_unsupported_approach_is_an_error(final_csv, tmp_path, capsys):
+  rc = cli.main([str(final_csv), "--approach", "1", "--out", str(tmp_path / "o"), "--quiet"])
+  assert rc == 2
+  err = capsys.readouterr().err
+  assert "approach 1" in err and "eval-loss curve" in err
+  assert not (tmp_path / "o" / "fit.json").exists()
+
+
+def test_bad_input_errors(tmp_path, capsys):
+  p = tmp_path / "two.csv"
+  p.write_text("N,C,loss\n1e8,1e18,3.0\n2e8,1e18,2.9\n1e8,1e19,2.7\n")
+  assert cli.main([str(p), "--out", str(tmp_path / "o")]) == 2
+  assert "only 2 IsoFLOP budget(s)" in capsys.readouterr().err
+  assert cli.main([str(tmp_path / "missing.jsonl")]) == 2
+  assert "does not exist" in capsys.readouterr().err
+  assert cli.main([str(p), "--compare", "gpt5"]) == 2
+  err = capsys.readouterr().err
+  assert "unknown law 'gpt5'" in err and "chinchilla-approach3" in err
+
+
+def test_python_dash_m_entry_point(ladder, tmp_path):
+  out = tmp_path / "m"
+  proc = subprocess.run([sys.executable, "-m", "analysis.cli", "fit", str(ladder), "--approach",
+                         "2", "--out", str(out), "--bootstrap", "5", "--no-figures"],
+                        cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert "approach 2: a = 0.51" in proc.stdout
+  data = json.loads((out / "fit.json").read_text())
+  assert data["approach2"]["status"] == "ok" and "approach3" not in data
+  assert isinstance(laws.get_law(str(out / "fit.json")), laws.PowerLawAllocation)
