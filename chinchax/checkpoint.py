@@ -39,17 +39,72 @@ class Checkpointer:
     return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
 
   def restore_latest(self, abstract_state, shardings):
-    """Restores the latest checkpoint onto ``shardings``, or returns None when there is none."""
+    """Restores the latest checkpoint onto ``shardings``, or returns None when there is none.
+
+    The checkpoint may come from another mesh or device count: every array is
+    read straight into the sharding given here.
+
+    Raises:
+      CheckpointError: an array's shape or dtype, or the set of arrays, differs
+        from ``abstract_state`` (a different model); nothing is read or written.
+    """
     step = self.manager.latest_step()
     if step is None:
       return None
+    self.check_shapes(step, abstract_state)
     target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           abstract_state, shardings)
     return self.manager.restore(step, args=ocp.args.StandardRestore(target))
 
+  def check_shapes(self, step: int, abstract_state) -> None:
+    """Compares the arrays saved at ``step`` with ``abstract_state`` by path, shape and dtype.
+
+    Raises:
+      CheckpointError: naming the first mismatched parameter (parameters are
+        checked before optimizer state) with both shapes, or one that only one
+        side has.
+    """
+    item_dir = self.directory / str(step) / "default"
+    if not item_dir.exists():  # another layout: leave the check to orbax's restore
+      return
+    meta = ocp.StandardCheckpointer().metadata(item_dir)
+    saved = _shapes_by_path(getattr(meta, "item_metadata", meta))
+    wanted = _shapes_by_path(abstract_state)
+    where = f"the checkpoint at step {step} in {self.directory}"
+    for path in sorted(set(saved) | set(wanted), key=lambda p: (not p.startswith("params/"), p)):
+      if path not in saved:
+        raise CheckpointError(f"{where} has no array {path} {wanted[path][0]}, which this config's "
+                              f"model has: it was written for a different model shape")
+      if path not in wanted:
+        raise CheckpointError(f"{where} holds {path} {saved[path][0]}, which this config's model "
+                              f"does not have: it was written for a different model shape")
+      if saved[path] != wanted[path]:
+        (s_shape, s_dtype), (w_shape, w_dtype) = saved[path], wanted[path]
+        raise CheckpointError(
+            f"{where} holds {path} with shape {s_shape} {s_dtype}, but this config's model needs "
+            f"{w_shape} {w_dtype}; use another workdir or the config the checkpoint was written with")
+
   def wait_and_close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+def _path_str(path) -> str:
+  """A pytree path as 'params/blocks/0/attn/wq_DHK' (dict keys, attributes and indices alike)."""
+  parts = []
+  for k in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        parts.append(str(getattr(k, attr)))
+        break
+    else:
+      parts.append(str(k))
+  return "/".join(p for p in parts if p != "value")
+
+
+def _shapes_by_path(tree) -> dict[str, tuple[tuple[int, ...], str]]:
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {_path_str(p): (tuple(x.shape), str(getattr(x, "dtype", "?"))) for p, x in leaves}
 
 
 def _model_signature(config, vocab_size: int | None = None) -> dict:
@@ -59,20 +114,34 @@ def _model_signature(config, vocab_size: int | None = None) -> dict:
   return sig
 
 
-def check_compatible(workdir: pathlib.Path, config) -> None:
+def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = None) -> None:
   """Refuses to resume in ``workdir`` with a model that differs from the one saved there.
 
+  Args:
+    workdir: the run directory.
+    config: the run's config.
+    vocab_size: the resolved vocab size (``model.vocab_size``, or the
+      tokenizer's when that is 0); None skips the check for ``vocab_size=0``.
   Raises:
-    CheckpointError: naming each mismatched field (saved vs config).
+    CheckpointError: naming each mismatched field (saved vs config), and for
+      the vocab size the saved and current tokenizers.
   """
   path = pathlib.Path(workdir) / "config.json"
   if not path.exists() or not (pathlib.Path(workdir) / "checkpoints").exists():
     return
-  saved = json.loads(path.read_text()).get("model_signature", {})
-  now = _model_signature(config)
+  payload = json.loads(path.read_text())
+  saved = payload.get("model_signature", {})
+  now = _model_signature(config, vocab_size)
   for k, v in saved.items():
-    if k == "vocab_size" and config.model.vocab_size == 0:
+    if k == "vocab_size" and now[k] == 0:
       continue
+    if k == "vocab_size" and now[k] != v:
+      saved_tok = payload.get("config", {}).get("data", {}).get("tokenizer", "?")
+      raise CheckpointError(
+          f"workdir {workdir} holds a checkpoint of a model with vocab_size={v} (tokenizer "
+          f"{saved_tok!r}), but this run's tokenizer {config.data.tokenizer!r} and "
+          f"model.vocab_size={config.model.vocab_size} give vocab_size={now[k]}; use the "
+          f"tokenizer the checkpoint was trained with, or another workdir")
     if k in now and now[k] != v:
       raise CheckpointError(
           f"workdir {workdir} holds a checkpoint of a model with model.{k}={v!r}, but the config "

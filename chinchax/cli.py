@@ -1,11 +1,17 @@
-"""``chinchax <verb>``: train, plan, fit.
+"""``chinchax <verb>``: train, ladder, plan, fit.
 
-  chinchax train [--config configs/train.py:VARIANT] [--config.model.d_model=128 ...]
+  chinchax train  [--config configs/train.py:VARIANT] [--config.model.d_model=128 ...]
+  chinchax ladder [--config configs/ladder.py:VARIANT] [--config.ladder.c_max=3e12 ...]
   chinchax plan  --flops 1e21 | --hours 48 --hardware v5p-128 | --dollars 5000 --hardware h100x8
   chinchax fit   RESULTS [--approach 1|2|3|all] [--out DIR]
+  chinchax prepare [--config configs/train.py:VARIANT] [--config.data.tokenizer=bpe ...]
+  chinchax export WORKDIR --format safetensors [--out DIR] [--step N]
+  chinchax bench [--config configs/bench.py:VARIANT] [--config.bench.timed_steps=10 ...]
 
-Errors in the user's input (config, data, checkpoint mismatch) print one line
-``error: ...`` and exit with status 2 before any expensive work.
+Errors in the user's input (config, data, checkpoint mismatch, multi-process
+start-up) print one line ``error: ...`` and exit with status 2 before any
+expensive work. A run stopped by SIGTERM saves a checkpoint at the next step
+boundary and exits with status 75 (relaunch to resume; ``chinchax.distributed``).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import os
 import pathlib
 import sys
 
-VERBS = ("train", "plan", "fit")
+VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "bench")
 _REPO_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "train.py"
 
 
@@ -29,42 +35,111 @@ def setup_cpu_devices(n: int) -> None:
     jax.config.update("jax_num_cpu_devices", n)
 
 
-def train_main(argv: list[str]) -> int:
-  """``chinchax train``: absl flags with an ml_collections config file and dotted overrides."""
-  from absl import app, flags
+def setup_compilation_cache(path: str) -> None:
+  """Turns on JAX's persistent compilation cache at ``path`` (no-op for "").
+
+  Restarts, resumed runs and ladder runs of a repeated shape then skip XLA
+  compilation, which dominates short runs on CPU.
+  """
+  if path:
+    import jax
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def _parse_config(argv: list[str], default: pathlib.Path, prog: str):
+  """Parses ``--config FILE[:VARIANT]`` plus dotted overrides; returns the config or None."""
+  from absl import flags
   from ml_collections import config_flags
 
-  default = str(_REPO_CONFIG) if _REPO_CONFIG.exists() else None
   fv = flags.FlagValues()
-  full_argv = ["chinchax-train"] + argv
-  config_flags.DEFINE_config_file("config", default=default, flag_values=fv,
-                                  help_string="config file, e.g. configs/train.py:tiny",
-                                  lock_config=True, sys_argv=full_argv)
+  full_argv = [prog] + argv
+  config_flags.DEFINE_config_file("config", default=str(default) if default.exists() else None,
+                                  flag_values=fv, lock_config=True, sys_argv=full_argv,
+                                  help_string=f"config file, e.g. {default.name}:VARIANT")
   try:
     fv(full_argv)
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
-    return 2
-  config = fv.config
-  if config is None:
-    print("error: no config given; use --config configs/train.py:VARIANT", file=sys.stderr)
-    return 2
+    return None
+  if fv.config is None:
+    print(f"error: no config given; use --config configs/{default.name}:VARIANT", file=sys.stderr)
+  return fv.config
+
+
+def _run_guarded(fn) -> int:
+  """Runs ``fn``; user-input errors become one ``error:`` line and exit status 2.
+
+  A run stopped by a preemption request (after its checkpoint) returns
+  ``chinchax.distributed.PREEMPTED_EXIT_CODE`` (75).
+  """
   from chinchax import checkpoint as checkpoint_lib
   from chinchax import config as config_lib
+  from chinchax import distributed as distributed_lib
   from chinchax.data import sources as sources_lib
   try:
-    config_lib.validate(config)
-  except config_lib.ConfigError as e:
+    fn()
+  except (config_lib.ConfigError, sources_lib.DataError, checkpoint_lib.CheckpointError,
+          distributed_lib.DistributedError) as e:
     print(f"error: {e}", file=sys.stderr)
+    return 2
+  except distributed_lib.Preempted as e:
+    import jax
+    if jax.process_index() == 0:
+      print(str(e), file=sys.stderr)
+    return distributed_lib.PREEMPTED_EXIT_CODE
+  return 0
+
+
+def train_main(argv: list[str]) -> int:
+  """``chinchax train``: absl flags with an ml_collections config file and dotted overrides."""
+  config = _parse_config(argv, _REPO_CONFIG, "chinchax-train")
+  if config is None:
+    return 2
+  from chinchax import config as config_lib
+  if _run_guarded(lambda: config_lib.validate(config)):
     return 2
   setup_cpu_devices(config.mesh.num_cpu_devices)
-  from chinchax import train as train_lib
-  try:
-    train_lib.train(config)
-  except (config_lib.ConfigError, sources_lib.DataError, checkpoint_lib.CheckpointError) as e:
-    print(f"error: {e}", file=sys.stderr)
+  setup_compilation_cache(config.compile_cache_dir)
+  from chinchax import distributed as distributed_lib
+  if _run_guarded(lambda: distributed_lib.initialize(config.distributed)):  # before device use
     return 2
-  return 0
+  distributed_lib.install_sigterm_handler()
+  from chinchax import train as train_lib
+  return _run_guarded(lambda: train_lib.train(config))
+
+
+def ladder_main(argv: list[str]) -> int:
+  """``chinchax ladder``: run (or resume) an IsoFLOP ladder, then fit it."""
+  config = _parse_config(argv, _REPO_CONFIG.with_name("ladder.py"), "chinchax-ladder")
+  if config is None:
+    return 2
+  from chinchax import config as config_lib
+  from chinchax import ladder as ladder_lib
+  if _run_guarded(lambda: (ladder_lib.validate_ladder(config.ladder),
+                           config_lib.validate(config.train_config))):
+    return 2
+  setup_cpu_devices(config.train_config.mesh.num_cpu_devices)
+  setup_compilation_cache(config.train_config.compile_cache_dir)
+  return _run_guarded(lambda: ladder_lib.run_ladder(config))
+
+
+def prepare_main(argv: list[str]) -> int:
+  """``chinchax prepare``: builds (or resumes) the token store of ``config.data``.
+
+  Ctrl-C keeps finished shards and exits with status 130; rerun to resume.
+  """
+  config = _parse_config(argv, _REPO_CONFIG, "chinchax-prepare")
+  if config is None:
+    return 2
+  from chinchax import config as config_lib
+  from chinchax.data import builder
+  if _run_guarded(lambda: config_lib.validate(config)):
+    return 2
+  try:
+    return _run_guarded(lambda: builder.run_prepare(config))
+  except KeyboardInterrupt:
+    return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +151,22 @@ def main(argv: list[str] | None = None) -> int:
   verb, rest = argv[0], argv[1:]
   if verb == "train":
     return train_main(rest)
+  if verb == "ladder":
+    return ladder_main(rest)
   if verb == "plan":
     from chinchax import plan
     return plan.main(rest)
   if verb == "fit":
     from analysis import cli as analysis_cli
     return analysis_cli.main(rest)
+  if verb == "prepare":
+    return prepare_main(rest)
+  if verb == "export":
+    from chinchax import export
+    return export.main(rest)
+  if verb == "bench":
+    from chinchax import bench
+    return bench.main(rest)
   print(f"error: unknown verb {verb!r}; known: {', '.join(VERBS)}\n\n{_usage()}", file=sys.stderr)
   return 2
 

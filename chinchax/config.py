@@ -16,13 +16,16 @@ import math
 import ml_collections
 
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
-ATTENTION_IMPLS = ("auto", "xla", "cudnn")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 REMAT_POLICIES = ("none", "full", "dots")
 BUDGET_MODES = ("tokens_per_param", "flops", "tokens", "steps")
 N_KINDS = ("total", "non_embedding")
-DATA_SOURCES = ("stdlib", "files")
-TOKENIZERS = ("bytes",)
+DATA_SOURCES = ("stdlib", "files", "hf")
+TOKENIZERS = ("bytes", "bpe", "hf")
+DECODE_ERRORS = ("replace", "skip")
 MESH_AXES = ("data", "fsdp", "tensor")
+DISTRIBUTED_MODES = ("auto", "off", "explicit", "slurm", "tpu")
+CPU_COLLECTIVES = ("gloo", "mpi", "none")
 
 
 class ConfigError(ValueError):
@@ -34,6 +37,7 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0                      # seeds parameter init and the data order
   c.workdir = "runs/default"      # checkpoints, metrics.jsonl, config.json go here
+  c.compile_cache_dir = "~/.cache/chinchax/jax"  # persistent XLA compilation cache ("" = off)
 
   c.model = m = ml_collections.ConfigDict()
   m.vocab_size = 0                # 0 = take the tokenizer's vocab size (bytes: 257)
@@ -46,7 +50,7 @@ def base_config() -> ml_collections.ConfigDict:
   m.norm_eps = 1e-6               # RMSNorm epsilon
   m.init_std = 0.02               # normal init std for embeddings and projections
   m.compute_dtype = "auto"        # auto = float32 on CPU, bfloat16 on GPU/TPU; params stay float32
-  m.attention = "auto"            # auto | xla (einsum+softmax) | cudnn (jax.nn.dot_product_attention)
+  m.attention = "auto"            # auto | xla (einsum+softmax) | cudnn (jax.nn.dot_product_attention) | splash (Pallas, TPU)
   m.remat = "none"                # none | full | dots (save matmul outputs) rematerialisation
 
   c.train = t = ml_collections.ConfigDict()
@@ -80,10 +84,20 @@ def base_config() -> ml_collections.ConfigDict:
   b.n_kind = "total"              # which N enters 6ND and D = ratio·N: total (Chinchilla) | non_embedding (Kaplan)
 
   c.data = d = ml_collections.ConfigDict()
-  d.source = "stdlib"             # stdlib (this interpreter's standard-library .py files) | files
-  d.paths = ""                    # for source=files: comma-separated globs of .txt / .jsonl files
-  d.text_field = "text"           # jsonl field holding the document text
-  d.tokenizer = "bytes"           # bytes: 256 byte values + EOS
+  d.source = "stdlib"             # stdlib (this interpreter's standard-library .py files) | files | hf
+  d.paths = ""                    # for source=files: comma-separated globs of .txt / .jsonl / .parquet files
+  d.text_field = "text"           # jsonl / parquet / hf field holding the document text
+  d.hf_name = ""                  # for source=hf: dataset name on the hub, or a local dataset directory
+  d.hf_config = ""                # for source=hf: dataset configuration name ("" = the default)
+  d.hf_split = "train"            # for source=hf: split to read
+  d.hf_streaming = False          # for source=hf: stream rows instead of materialising the dataset
+  d.tokenizer = "bytes"           # bytes (256 byte values + EOS) | bpe (train a byte-level BPE) | hf (tokenizer.json)
+  d.tokenizer_path = ""           # for tokenizer=hf: path of an HF `tokenizers` tokenizer.json
+  d.eos_token = ""                # for tokenizer=hf: EOS token appended to documents ("" = detect a common one)
+  d.bpe_vocab_size = 8192         # for tokenizer=bpe: vocab size of the trained BPE (incl. 256 bytes + EOS)
+  d.decode_errors = "replace"     # invalid UTF-8 in a document: replace (with U+FFFD) | skip (drop the document)
+  d.prepare_workers = 0           # tokenizer processes when building a store (0 = min(8, CPU count))
+  d.shard_mb = 4.0                # MB of text per tokenization task; also the unit an interrupted build resumes from
   d.store_root = "~/.cache/chinchax/stores"  # token stores, one per (corpus, tokenizer)
   d.val_fraction = 0.05           # fraction of documents held out for validation (at least 1)
   d.allow_repeat = False          # permit more than one epoch over the training split
@@ -94,6 +108,16 @@ def base_config() -> ml_collections.ConfigDict:
   x.fsdp = 1                      # fully-sharded data-parallel axis size (params + batch)
   x.tensor = 1                    # tensor-parallel axis size (heads, mlp, vocab)
   x.num_cpu_devices = 8           # on CPU: expose this many virtual devices (0 = leave as is)
+
+  c.distributed = r = ml_collections.ConfigDict()
+  r.mode = "auto"                 # auto | off | explicit | slurm | tpu: how jax.distributed starts (chinchax.distributed)
+  r.coordinator_address = ""      # host:port of process 0's coordinator (explicit; auto uses it when set)
+  r.num_processes = 0             # processes in the run (explicit; 0 = from the cluster environment)
+  r.process_id = -1               # this process's id in [0, num_processes) (explicit; -1 = from the environment)
+  r.local_device_ids = ""         # comma-separated local accelerator ids this process uses ("" = JAX default)
+  r.initialization_timeout_s = 300  # seconds for all processes to reach the coordinator before failing
+  r.heartbeat_timeout_s = 100     # seconds without a heartbeat before a process is declared dead
+  r.cpu_collectives = "gloo"      # gloo | mpi | none: cross-process collectives of the CPU backend
   return c
 
 
@@ -126,6 +150,149 @@ def get_variant(name: str) -> ml_collections.ConfigDict:
                    eval_every=1000, checkpoint_every=1000, log_every=50)
     return c
   raise ConfigError(f"unknown config variant {name!r}; known: default, tiny, small, 125m")
+
+
+def base_ladder_config() -> ml_collections.ConfigDict:
+  """The default miniature ladder: 4 IsoFLOP budgets × 5 sizes on the stdlib corpus (bytes)."""
+  c = ml_collections.ConfigDict()
+  c.workdir = "runs/ladder"       # results.jsonl, runs/<run_id>/ and fit/ go here
+  c.ladder = l = ml_collections.ConfigDict()
+  l.c_min = 5e10                  # smallest IsoFLOP budget C (FLOPs, C = 6ND)
+  l.c_max = 5e11                  # largest budget (FLOPs)
+  l.n_budgets = 4                 # budgets, geometrically spaced from c_min to c_max
+  l.sizes_per_budget = 5          # model sizes per budget, log-spaced around N_opt(C)
+  l.spread = 2.5                  # sizes run from N_opt/spread to N_opt·spread
+  l.tokens_per_param = 200.0      # D/N at the grid's centre; byte-level models of 3k–50k params, 2k-token batches, optimise near 100–300 (20 is Chinchilla's at scale)
+  l.min_steps = 20                # refuse budgets whose runs would be shorter than this
+  l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
+  l.bootstrap = 200               # bootstrap resamples for the fit's confidence intervals
+  l.progress = True               # ladder progress bar with ETA
+  t = base_config()
+  t.workdir = "unused"            # each run gets <workdir>/runs/<run_id>
+  t.mesh.num_cpu_devices = 1      # ladder models are tiny: one CPU device, no collectives to wait on
+  t.train.update(eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
+                 checkpoint_every=500, keep_checkpoints=1, warmup_steps=50)
+  c.train_config = t              # the training config every run starts from
+  return c
+
+
+def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
+  """Named ladder variants: default, gutenberg, tiny (for tests).
+
+  Raises:
+    ConfigError: for an unknown name.
+  """
+  c = base_ladder_config()
+  if name == "default":
+    return c
+  if name == "gutenberg":
+    c.workdir = "runs/ladder-gutenberg"
+    c.train_config.data.update(source="files", paths="../shared/corpora/gutenberg-en/*.txt")
+    return c
+  if name == "tiny":
+    c.workdir = "runs/ladder-tiny"
+    c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
+                    min_steps=3, bootstrap=20, progress=False)
+    c.train_config.train.update(global_batch_size=8, seq_len=32, eval_points=4, eval_batches=2,
+                                warmup_steps=2, checkpoint_every=10)
+    c.train_config.mesh.num_cpu_devices = 0
+    return c
+  raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, tiny")
+
+
+def bench_model(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> ml_collections.ConfigDict:
+  """A named model shape of a bench config (``c.models.NAME``)."""
+  return ml_collections.ConfigDict(dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                                        d_ff=d_ff))
+
+
+def bench_sweep(models: str, global_batch_size: str = "16", seq_len: str = "128",
+                attention: str = "xla", mesh: str = "dp", remat: str = "none",
+                compute_dtype: str = "float32") -> ml_collections.ConfigDict:
+  """One sub-grid of a bench config (``c.sweeps.NAME``); its points are the product of its lists.
+
+  Every field is a comma-separated list (a string, so ``--config.sweeps.size.global_batch_size=8,32``
+  overrides it): ``models`` names entries of ``c.models``; ``global_batch_size`` and ``seq_len``
+  are integers; ``attention`` and ``remat`` take the values of ``model.attention`` and
+  ``model.remat``; ``compute_dtype`` is float32 or bfloat16; ``mesh`` is ``dp`` (data=-1),
+  ``fsdp`` (fsdp=-1), ``tp`` (tensor=-1) or ``DATAxFSDPxTENSOR`` such as ``2x2x2`` (one may be -1).
+  """
+  return ml_collections.ConfigDict(dict(
+      models=models, global_batch_size=global_batch_size, seq_len=seq_len, attention=attention,
+      mesh=mesh, remat=remat, compute_dtype=compute_dtype))
+
+
+def base_bench_config() -> ml_collections.ConfigDict:
+  """The default throughput sweep (``chinchax bench``): ~19 points on 8 virtual CPU devices."""
+  c = ml_collections.ConfigDict()
+  c.workdir = "runs/bench"        # results.jsonl/.csv, summary.md, bench.json, step_time.json, plots
+  c.bench = b = ml_collections.ConfigDict()
+  b.warmup_steps = 2              # untimed steps after the compiling one
+  b.timed_steps = 5               # steps timed one by one, the devices synchronised after each
+  b.isolate = True                # each point in its own process: true peak memory; crashes recorded
+  b.point_timeout_s = 900         # with isolate: a point running longer is recorded as timed out
+  b.hardware = ""                 # accelerator-table spec for peak FLOP/s and $/hour, e.g. h200 ("" = device kind)
+  b.memory_limit_gb = 0.0         # per-device GB above which a point is recorded oom unrun (0 = device limit)
+  b.fit_sweep = "size"            # sweep whose points fit the two step-time models ("" = no fit)
+  b.fit_heldout = 4               # points of the fit sweep held out to score the step-time models
+  b.plots = True                  # write tokens/s-vs-batch, MFU-vs-size and memory-vs-batch PNGs
+  c.models = m = ml_collections.ConfigDict()  # named shapes (d_model, n_layers, n_heads, d_ff)
+  m.s1 = bench_model(32, 2, 2, 96)
+  m.s2 = bench_model(64, 2, 8, 192)  # 8 heads: pure tensor parallelism over 8 devices
+  m.s3 = bench_model(96, 2, 4, 256)
+  m.s4 = bench_model(64, 4, 4, 192)
+  m.s5 = bench_model(128, 2, 4, 352)
+  m.huge = bench_model(16384, 2, 128, 43776)  # ~6.4e9 parameters: over any CPU's memory
+  c.sweeps = s = ml_collections.ConfigDict()  # named sub-grids (see bench_sweep), run in name order
+  s.size = bench_sweep("s1,s2,s3,s4,s5", global_batch_size="8,32")
+  s.mesh = bench_sweep("s2", global_batch_size="32", mesh="fsdp,tp,2x2x2")
+  s.remat = bench_sweep("s2", global_batch_size="32", remat="full,dots")
+  s.attention = bench_sweep("s2", global_batch_size="32", attention="cudnn")
+  s.dtype = bench_sweep("s1", global_batch_size="8", compute_dtype="bfloat16")
+  s.limits = bench_sweep("s1", global_batch_size="8", mesh="3x1x1")  # a mesh that does not fit 8 devices
+  s.huge = bench_sweep("huge", global_batch_size="8")  # recorded oom from the compiled memory analysis
+  t = base_config()
+  t.workdir = "unused"            # the bench reads no data and writes no checkpoints
+  t.compile_cache_dir = ""        # compile time is measured, so no persistent cache
+  t.budget.update(mode="steps", steps=1000)  # the LR schedule's horizon only
+  c.train_config = t              # the training config every point starts from
+  return c
+
+
+def get_bench_variant(name: str) -> ml_collections.ConfigDict:
+  """Named bench variants: default (CPU, 8 virtual devices), h200 (one GPU), tiny (for tests).
+
+  Raises:
+    ConfigError: for an unknown name.
+  """
+  c = base_bench_config()
+  if name == "default":
+    return c
+  if name == "h200":
+    c.workdir = "runs/bench-h200"
+    c.bench.update(warmup_steps=3, timed_steps=10, fit_sweep="", point_timeout_s=240)
+    c.models = m = ml_collections.ConfigDict()
+    m["125m"] = bench_model(768, 12, 12, 2048)    # 110M parameters with a 32768 vocab
+    m["350m"] = bench_model(1024, 24, 16, 2816)   # 342M parameters with a 32768 vocab
+    c.sweeps = s = ml_collections.ConfigDict()
+    # Sweeps run in name order: "big" first, cuDNN before XLA, so a stopped run keeps those.
+    s.big = bench_sweep("350m", global_batch_size="16,8", seq_len="1024",
+                        attention="cudnn,xla", compute_dtype="bfloat16")
+    s.small = bench_sweep("125m", global_batch_size="32,16", seq_len="1024",
+                          attention="cudnn,xla", compute_dtype="bfloat16")
+    c.train_config.model.vocab_size = 32768
+    c.train_config.mesh.num_cpu_devices = 0
+    return c
+  if name == "tiny":
+    c.workdir = "runs/bench-tiny"
+    c.bench.update(warmup_steps=1, timed_steps=2, isolate=False, fit_sweep="", plots=True)
+    c.models = m = ml_collections.ConfigDict()
+    m.t1 = bench_model(32, 1, 2, 64)
+    c.sweeps = s = ml_collections.ConfigDict()
+    s.batch = bench_sweep("t1", global_batch_size="8,16", seq_len="32")
+    s.limits = bench_sweep("t1", global_batch_size="8", seq_len="32", mesh="3x1x1")
+    return c
+  raise ConfigError(f"unknown bench variant {name!r}; known: default, h200, tiny")
 
 
 def _check_choice(value, choices, name):
@@ -170,6 +337,58 @@ def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
         f"mesh data×fsdp×tensor = {sizes['data']}×{sizes['fsdp']}×{sizes['tensor']} = {known} "
         f"but there are {n_devices} devices; make the product {n_devices} or set one axis to -1")
   return sizes
+
+
+def parse_host_port(address: str, name: str = "distributed.coordinator_address") -> tuple[str, int]:
+  """Splits ``host:port`` (``[v6addr]:port`` for IPv6) into (host, port).
+
+  Raises:
+    ConfigError: no port, a port outside 1..65535, or an empty host.
+  """
+  host, sep, port = str(address).rpartition(":")
+  host = host.strip("[]")
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ConfigError(f"{name}={address!r} must be host:port with a port in 1..65535, "
+                      f"e.g. 10.0.0.2:12355")
+  return host, int(port)
+
+
+def validate_distributed(r: ml_collections.ConfigDict) -> None:
+  """Checks ``config.distributed``; raises one :class:`ConfigError` naming the bad value.
+
+  Raises:
+    ConfigError: unknown mode or CPU collectives, a malformed coordinator
+      address or device-id list, a non-positive timeout, a process count below
+      0, or a process id outside [0, num_processes) (or below -1), and an
+      ``explicit`` mode missing the address, count or id.
+  """
+  _check_choice(r.mode, DISTRIBUTED_MODES, "distributed.mode")
+  _check_choice(r.cpu_collectives, CPU_COLLECTIVES, "distributed.cpu_collectives")
+  _check_positive(r.initialization_timeout_s, "distributed.initialization_timeout_s", integer=True)
+  _check_positive(r.heartbeat_timeout_s, "distributed.heartbeat_timeout_s", integer=True)
+  _check_positive(r.num_processes, "distributed.num_processes", allow_zero=True, integer=True)
+  pid = r.process_id
+  if not isinstance(pid, int) or isinstance(pid, bool) or pid < -1:
+    raise ConfigError(f"distributed.process_id={pid!r} must be an integer >= 0 (or -1: from "
+                      f"the environment)")
+  if r.num_processes and pid >= r.num_processes:
+    raise ConfigError(f"distributed.process_id={pid} is out of range for "
+                      f"distributed.num_processes={r.num_processes}; use 0..{r.num_processes - 1}")
+  if r.coordinator_address:
+    parse_host_port(r.coordinator_address)
+  ids = str(r.local_device_ids).strip()
+  if ids and not all(part.strip().isdigit() for part in ids.split(",")):
+    raise ConfigError(f"distributed.local_device_ids={r.local_device_ids!r} must be comma-separated "
+                      f"non-negative integers, e.g. '0,1,2,3', or '' (JAX default)")
+  if r.mode == "explicit" or (r.mode == "auto" and r.coordinator_address):
+    if not r.coordinator_address:
+      raise ConfigError("distributed.mode='explicit' needs distributed.coordinator_address=host:port")
+    if r.num_processes < 1:
+      raise ConfigError(f"distributed.num_processes={r.num_processes} must be >= 1 with a "
+                        f"coordinator address ({r.coordinator_address!r})")
+    if pid < 0:
+      raise ConfigError(f"distributed.process_id={pid} must be set (0..{r.num_processes - 1}) "
+                        f"with a coordinator address ({r.coordinator_address!r})")
 
 
 def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None:
@@ -230,12 +449,24 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
 
   _check_choice(d.source, DATA_SOURCES, "data.source")
   _check_choice(d.tokenizer, TOKENIZERS, "data.tokenizer")
+  _check_choice(d.decode_errors, DECODE_ERRORS, "data.decode_errors")
+  if d.source == "hf" and not str(d.hf_name).strip():
+    raise ConfigError("data.source='hf' needs data.hf_name, a dataset name or a local dataset directory")
+  if d.tokenizer == "hf" and not str(d.tokenizer_path).strip():
+    raise ConfigError("data.tokenizer='hf' needs data.tokenizer_path, the path of a tokenizer.json")
+  _check_positive(d.bpe_vocab_size, "data.bpe_vocab_size", integer=True)
+  if d.tokenizer == "bpe" and not 258 <= d.bpe_vocab_size <= 2**31 - 1:
+    raise ConfigError(f"data.bpe_vocab_size={d.bpe_vocab_size!r} must be at least 258 "
+                      f"(256 byte tokens + EOS + one merge)")
+  _check_positive(d.prepare_workers, "data.prepare_workers", allow_zero=True, integer=True)
+  _check_positive(d.shard_mb, "data.shard_mb")
   if d.source == "files" and not str(d.paths).strip():
     raise ConfigError("data.source='files' needs data.paths, e.g. --config.data.paths='corpus/*.txt'")
   if not 0.0 < d.val_fraction < 1.0:
     raise ConfigError(f"data.val_fraction={d.val_fraction!r} must lie strictly between 0 and 1")
   _check_positive(d.worker_count, "data.worker_count", allow_zero=True, integer=True)
   _check_positive(c.mesh.num_cpu_devices, "mesh.num_cpu_devices", allow_zero=True, integer=True)
+  validate_distributed(c.distributed)
 
   if n_devices is not None:
     sizes = resolve_mesh_shape(c.mesh, n_devices)

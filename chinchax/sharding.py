@@ -51,7 +51,28 @@ def make_mesh(sizes: dict[str, int], devices=None) -> Mesh:
     device_array = mesh_utils.create_device_mesh(shape, devices)
   except (ValueError, NotImplementedError, AssertionError):  # CPU / partial slices: plain order
     device_array = np.asarray(devices, dtype=object).reshape(shape)
+  if not batch_rows_contiguous(device_array):
+    # Each process must hold one contiguous block of batch rows (it reads only those):
+    # fall back to process-major order, which guarantees it.
+    ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
+    device_array = np.asarray(ordered, dtype=object).reshape(shape)
   return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def batch_rows_contiguous(device_array: np.ndarray) -> bool:
+  """True if every process's devices cover one contiguous run of batch shards.
+
+  The batch is split over (data, fsdp) in row-major order, so the shard of the
+  device at mesh index (d, f, t) is d·fsdp + f.
+
+  Args:
+    device_array: [data, fsdp, tensor] array of devices.
+  """
+  n_fsdp = device_array.shape[1]
+  shards: dict[int, set[int]] = {}
+  for (d, f, _), device in np.ndenumerate(device_array):
+    shards.setdefault(device.process_index, set()).add(d * n_fsdp + f)
+  return all(max(s) - min(s) + 1 == len(s) for s in shards.values())
 
 
 def logical_to_spec(names: tuple[str | None, ...], shape: tuple[int, ...] | None = None,

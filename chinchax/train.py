@@ -31,10 +31,12 @@ from chinchax import attention as attention_lib
 from chinchax import budget
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import config as config_lib
+from chinchax import distributed as distributed_lib
 from chinchax import model as model_lib
 from chinchax import sharding as sharding_lib
+from chinchax import tblog
+from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
-from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
 
@@ -94,10 +96,11 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   Raises:
     ConfigError: any invalid value (see ``chinchax.config.validate``), or a
       budget smaller than one step.
+    TokenizerError: (a DataError) data.tokenizer_path is missing or not a tokenizer.json.
   """
   config_lib.validate(config, n_devices)
   backend = backend or jax.default_backend()
-  tok = tokenizers_lib.make_tokenizer(config.data.tokenizer)
+  tok = tokenizers_lib.make_tokenizer(config.data)
   m = config.model
   vocab = m.vocab_size or tok.vocab_size
   if not m.vocab_size and backend != "cpu":
@@ -208,6 +211,32 @@ def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
   return train_step
 
 
+def jit_train_step(graphdef, tx, schedule, config, shardings, mesh) -> Callable:
+  """The jitted train step exactly as :func:`train` runs it (``chinchax bench`` times this one).
+
+  Explicit in/out shardings (state by ``shardings``, batch over (data, fsdp)),
+  the state donated.
+
+  Args:
+    graphdef: the model's NNX graph definition (from :func:`abstract_state`).
+    tx, schedule: from :func:`make_optimizer`.
+    config: the run's ConfigDict (``train.z_loss`` is read).
+    shardings: the train state's shardings (``sharding.state_shardings``).
+    mesh: the device mesh.
+  Returns:
+    jitted (state, batch int32 [B, T+1]) → (state, metrics).
+  """
+  return jax.jit(make_train_step(graphdef, tx, schedule, config.train.z_loss),
+                 in_shardings=(shardings, sharding_lib.batch_sharding(mesh)),
+                 out_shardings=(shardings, None), donate_argnums=0)
+
+
+def global_batch(batch_sh, local_BT1, global_batch_size: int) -> jax.Array:
+  """This process's rows int32 [b, T+1] of a batch → the global [global_batch_size, T+1] array."""
+  return jax.make_array_from_process_local_data(
+      batch_sh, local_BT1, (global_batch_size, local_BT1.shape[1]))
+
+
 def make_eval_step(graphdef) -> Callable:
   def eval_step(params, batch_BT1):
     logits_BTV = nnx.merge(graphdef, params)(batch_BT1[:, :-1])
@@ -261,7 +290,7 @@ def peak_flops(config, n_devices: int) -> tuple[float, str]:
 
 def calibrate_cpu_flops(n: int = 1024, repeats: int = 5) -> float:
   """Host float32 matmul throughput in FLOP/s: best of ``repeats`` [n,n]@[n,n] on device 0."""
-  a = jax.device_put(jnp.ones((n, n), jnp.float32), jax.devices()[0])
+  a = jax.device_put(jnp.ones((n, n), jnp.float32), jax.local_devices()[0])
   f = jax.jit(lambda x: x @ x)
   f(a).block_until_ready()
   best = float("inf")
@@ -285,9 +314,7 @@ def compiled_train_step_cost(config) -> dict:
   tx, schedule = make_optimizer(config, spec)
   graphdef, abs_state, _ = abstract_state(spec.model, tx, config.seed)
   shardings = sharding_lib.state_shardings(abs_state, mesh)
-  step = jax.jit(make_train_step(graphdef, tx, schedule, config.train.z_loss),
-                 in_shardings=(shardings, sharding_lib.batch_sharding(mesh)),
-                 out_shardings=(shardings, None), donate_argnums=0)
+  step = jit_train_step(graphdef, tx, schedule, config, shardings, mesh)
   batch = jax.ShapeDtypeStruct((spec.global_batch_size, spec.seq_len + 1), jnp.int32)
   cost = step.lower(abs_state, batch).compile().cost_analysis()
   if isinstance(cost, (list, tuple)):
@@ -303,19 +330,31 @@ def log_spaced_steps(steps: int, n: int) -> set[int]:
 
 
 class _Metrics:
-  """Appends JSONL rows (process 0 only); on resume drops rows past the restored step."""
+  """Appends JSONL rows and TensorBoard scalars (``chinchax.tblog``; process 0 only).
+
+  On resume drops JSONL rows past the restored step and purges them in TensorBoard.
+  """
 
   def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool):
     self.path, self.enabled = path, enabled
+    self.tb = None
     if enabled and path.exists():
       keep = [l for l in path.read_text().splitlines()
               if l.strip() and json.loads(l).get("step", 0) <= resume_step]
       path.write_text("".join(l + "\n" for l in keep))
+    if enabled:
+      self.tb = tblog.ScalarWriter(path.parent / tblog.TB_DIR,
+                                   purge_step=resume_step + 1 if resume_step else None)
 
   def write(self, row: dict) -> None:
     if self.enabled:
       with self.path.open("a") as f:
         f.write(json.dumps(row) + "\n")
+      self.tb.write(row)
+
+  def close(self) -> None:
+    if self.tb is not None:
+      self.tb.close()
 
 
 def _say(msg: str) -> None:
@@ -342,51 +381,71 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
   ])
 
 
-def prepare_data(config, spec: RunSpec):
-  """Builds/loads the store and the train/eval pipelines; raises DataError before any compile."""
-  source = sources_lib.make_source(config.data)
-  tok = tokenizers_lib.make_tokenizer(config.data.tokenizer)
-  directory = store_lib.build_or_load(source, tok, config.data.store_root, config.data.val_fraction)
+def prepare_data(config, spec: RunSpec, rows: tuple[int, int] | None = None):
+  """Builds/loads the store and the train/eval pipelines; raises DataError before any compile.
+
+  In a multi-process run process 0 builds the token store first while the others
+  wait, then they load it (or, on a host without the shared filesystem, build
+  their own copy).
+
+  Args:
+    rows: the rows [r0, r1) of every global train and eval batch this process
+      reads (default: an equal contiguous share by process index).
+  """
+  with distributed_lib.process_zero_first("chinchax:token-store"):
+    directory = builder_lib.prepare(
+        config.data, progress=config.train.progress and jax.process_index() == 0)
   train_split = store_lib.TokenSplit(directory, "train")
   val_split = store_lib.TokenSplit(directory, "val")
-  P_, p = jax.process_count(), jax.process_index()
-  per_proc = spec.global_batch_size // P_
+  if rows is None:
+    P_, p = jax.process_count(), jax.process_index()
+    per_proc = spec.global_batch_size // P_
+    rows = (p * per_proc, (p + 1) * per_proc)
   batches = pipeline_lib.TrainBatches(
       train_split, spec.seq_len, spec.global_batch_size, spec.steps, config.seed,
-      allow_repeat=config.data.allow_repeat, rows=(p * per_proc, (p + 1) * per_proc))
+      allow_repeat=config.data.allow_repeat, rows=rows)
   evals = pipeline_lib.eval_batches(val_split, spec.seq_len, spec.global_batch_size,
-                                    config.train.eval_batches)
+                                    config.train.eval_batches, rows=rows)
   return directory, train_split, val_split, batches, evals
 
 
-def train(config, devices=None) -> dict:
+def train(config, devices=None, verbose: bool = True) -> dict:
   """Runs (or resumes) one training run; returns the summary also written to summary.json.
 
   Args:
     config: the run's ConfigDict (see ``chinchax.config``).
     devices: devices to build the mesh from (default: all ``jax.devices()``).
+    verbose: print the budget, data and result lines (process 0 only).
 
   Raises:
     ConfigError: invalid config (before any data is read).
     DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
     CheckpointError: the workdir's checkpoint does not match the config's model.
+    Preempted: a preemption request (SIGTERM) stopped the run at a step
+      boundary after a checkpoint was saved (see ``chinchax.distributed``).
   """
   t_start = time.time()
+  say = _say if verbose else (lambda msg: None)
   devices = list(jax.devices() if devices is None else devices)
   n_devices = len(devices)
   spec = resolve(config, n_devices)
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
-  _say(describe(spec, config, n_devices))
-  directory, train_split, val_split, batches, evals = prepare_data(config, spec)
+  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size)
+  say(describe(spec, config, n_devices))
+  mesh = sharding_lib.make_mesh(spec.mesh, devices)
+  batch_sh = sharding_lib.batch_sharding(mesh)
+  batch_rows = distributed_lib.process_row_range(batch_sh, spec.global_batch_size)
+  directory, train_split, val_split, batches, evals = prepare_data(config, spec, batch_rows)
   manifest = train_split.manifest
-  _say(f"data    store {directory}: train {train_split.n_tokens:,} tokens, val "
+  say(f"data    store {directory}: train {train_split.n_tokens:,} tokens, val "
        f"{val_split.n_tokens:,} tokens; run reads {batches.plan.epochs:.3f} epochs")
   unigram = store_lib.unigram_entropy_nats(val_split.all_tokens(), spec.model.vocab_size)
-  eval_tokens = sum(b.shape[0] * (b.shape[1] - 1) for b in evals)
+  eval_tokens = len(evals) * spec.global_batch_size * spec.seq_len
+  # Bits per byte of text, comparable across tokenizers: each split's tokens/bytes ratio.
+  train_bpb = lambda nats: store_lib.bits_per_byte(nats, train_split.n_tokens, train_split.n_bytes)
+  bpb = lambda nats: store_lib.bits_per_byte(nats, val_split.n_tokens, val_split.n_bytes)
 
   workdir.mkdir(parents=True, exist_ok=True)
-  checkpoint_lib.check_compatible(workdir, config)
-  mesh = sharding_lib.make_mesh(spec.mesh, devices)
   tx, schedule = make_optimizer(config, spec)
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
                                      config.train.keep_checkpoints)
@@ -400,20 +459,16 @@ def train(config, devices=None) -> dict:
   if jax.process_index() == 0:
     checkpoint_lib.write_run_config(workdir, config, spec)
   if resumed:
-    _say(f"resumed from checkpoint at step {start_step} in {workdir}")
+    say(f"resumed from checkpoint at step {start_step} in {workdir}")
 
-  batch_sh = sharding_lib.batch_sharding(mesh)
-  step_fn = jax.jit(make_train_step(graphdef, tx, schedule, config.train.z_loss),
-                    in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
-                    donate_argnums=0)
+  step_fn = jit_train_step(graphdef, tx, schedule, config, shardings, mesh)
   eval_fn = jax.jit(make_eval_step(graphdef), in_shardings=(shardings["params"], batch_sh))
 
   def to_global(local_BT1):
-    shape = (spec.global_batch_size, local_BT1.shape[1])
-    return jax.make_array_from_process_local_data(batch_sh, local_BT1, shape)
+    return global_batch(batch_sh, local_BT1, spec.global_batch_size)
 
   def evaluate(params):
-    losses = [eval_fn(params, to_global(b[batches.rows[0]:batches.rows[1]])) for b in evals]
+    losses = [eval_fn(params, to_global(b)) for b in evals]
     return float(np.mean(jax.device_get(losses)))
 
   peak_total, peak_src = peak_flops(config, n_devices)
@@ -437,7 +492,8 @@ def train(config, devices=None) -> dict:
     step_no, m, extra = p
     m = jax.device_get(m)
     last_train_loss = float(m["loss"])
-    row = {"step": step_no, "loss": last_train_loss, "grad_norm": float(m["grad_norm"]),
+    row = {"step": step_no, "loss": last_train_loss,
+           "bits_per_byte": train_bpb(last_train_loss), "grad_norm": float(m["grad_norm"]),
            "lr": float(m["lr"]), "tokens": step_no * spec.tokens_per_step, **extra}
     metrics_log.write(row)
     if progress is not None:
@@ -474,14 +530,29 @@ def train(config, devices=None) -> dict:
       if is_eval:
         eval_loss = evaluate(state["params"])
         extra["eval_loss"] = eval_loss
+        extra["eval_bits_per_byte"] = bpb(eval_loss)
       pending = (done, metrics, extra)
-      ckpt.save(done, state, force=is_last)
+      if is_last or done % config.train.checkpoint_every == 0:
+        ckpt.save(done, state, force=is_last)
       window_t0, window_steps = time.perf_counter(), 0
-    else:
-      ckpt.save(done, state, force=False)
+    elif done % config.train.checkpoint_every == 0:
+      ckpt.save(done, state)
+    if not is_last and distributed_lib.reached_preemption(done):
+      if pending is not None:
+        flush(pending)
+        pending = None
+      if ckpt.latest_step() != done:
+        ckpt.save(done, state, force=True)
+      ckpt.wait_and_close()
+      metrics_log.close()
+      if progress is not None:
+        progress.close()
+      say(f"preempted at step {done}: checkpoint saved in {workdir / 'checkpoints'}")
+      raise distributed_lib.Preempted(done, str(workdir))
   if pending is not None:
     flush(pending)
   ckpt.wait_and_close()
+  metrics_log.close()
   if progress is not None:
     progress.close()
 
@@ -494,7 +565,6 @@ def train(config, devices=None) -> dict:
   step_time = timed_seconds / timed_steps if timed_steps else float("nan")
   tps = spec.tokens_per_step / step_time if timed_steps else float("nan")
   mfu = flops_per_step / step_time / peak_total if timed_steps else float("nan")
-  bpb = lambda nats: store_lib.bits_per_byte(nats, val_split.n_tokens, val_split.n_bytes)
   summary = {
       "workdir": str(workdir), "steps": final_step, "tokens": final_step * spec.tokens_per_step,
       "planned_tokens": spec.tokens, "target_tokens": spec.target_tokens,
@@ -502,6 +572,8 @@ def train(config, devices=None) -> dict:
       "params_non_embedding": spec.counts.non_embedding, "params_embedding": spec.counts.embedding,
       "C_6nd": spec.flops_6nd, "tokens_per_param": spec.tokens_per_param,
       "final_train_loss": last_train_loss, "final_eval_loss": eval_loss,
+      "final_train_bits_per_byte": train_bpb(last_train_loss),
+      "tokenizer": manifest["tokenizer"]["name"], "val_bytes": val_split.n_bytes,
       "eval_tokens": eval_tokens,
       "final_eval_bits_per_byte": bpb(eval_loss),
       "val_unigram_entropy_nats": unigram, "val_unigram_entropy_bits_per_byte": bpb(unigram),
@@ -513,13 +585,13 @@ def train(config, devices=None) -> dict:
   }
   if jax.process_index() == 0:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
-  _say(f"done    step {final_step}/{spec.steps}, tokens {summary['tokens']:,} "
+  say(f"done    step {final_step}/{spec.steps}, tokens {summary['tokens']:,} "
        f"(planned D {spec.tokens:,})")
-  _say(f"loss    final train {last_train_loss:.4f} nats/token; final eval {eval_loss:.4f} nats/token"
+  say(f"loss    final train {last_train_loss:.4f} nats/token; final eval {eval_loss:.4f} nats/token"
        f" = {summary['final_eval_bits_per_byte']:.3f} bits/byte")
-  _say(f"        val byte-unigram entropy {unigram:.4f} nats/token = "
+  say(f"        val byte-unigram entropy {unigram:.4f} nats/token = "
        f"{summary['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
        f"{100 * summary['eval_below_unigram']:.1f}% below it")
-  _say(f"speed   {tps:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step, MFU {100 * mfu:.2f}% "
+  say(f"speed   {tps:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step, MFU {100 * mfu:.2f}% "
        f"(peak {peak_total:.3g} FLOP/s: {peak_src}); wall {summary['wall_s']:.1f}s")
   return summary

@@ -34,6 +34,26 @@ def store_root(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp("stores")
 
 
+@pytest.fixture(scope="session")
+def bpe_run(small_corpus, tmp_path_factory):
+  """A 10-step `tiny` run on a trained 512-id BPE of the small corpus, untied head, one device.
+
+  Returns:
+    (config, summary) of the finished run; its workdir holds a checkpoint at step 10.
+  """
+  from chinchax import train as train_lib
+  root = tmp_path_factory.mktemp("bpe_run")
+  c = config_lib.get_variant("tiny")
+  c.workdir = str(root / "run")
+  c.data.update(source="files", paths=str(small_corpus / "*.txt"), store_root=str(root / "stores"),
+                val_fraction=0.1, tokenizer="bpe", bpe_vocab_size=512, prepare_workers=1)
+  c.model.tie_embeddings = False
+  c.budget.steps = 10
+  c.train.update(eval_every=5, log_every=5, checkpoint_every=10)
+  c.mesh.num_cpu_devices = 0
+  return c, train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+
+
 @pytest.fixture
 def tiny_config(small_corpus, store_root, tmp_path):
   """The `tiny` variant on the small corpus, float32, 20 steps, in a fresh workdir."""

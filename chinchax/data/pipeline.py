@@ -130,11 +130,14 @@ class TrainBatches:
       yield start_step + i, b
 
 
-def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int = 1234):
-  """A fixed list of ``n_batches`` int32 [batch_size, seq_len + 1] validation batches.
+def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int = 1234,
+                 rows: tuple[int, int] | None = None):
+  """A fixed list of ``n_batches`` int32 [rows, seq_len + 1] validation batches.
 
   Windows are drawn without replacement by a fixed seeded permutation; if the
   split holds fewer than ``n_batches`` batches, all whole batches are used.
+  ``rows=(r0, r1)`` keeps only those rows of each global batch of
+  ``batch_size`` (this process's share; default: all rows).
 
   Raises:
     DataError: the validation split holds fewer windows than one batch.
@@ -146,4 +149,5 @@ def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int
         f"one eval batch of {batch_size}; raise data.val_fraction or use a larger corpus")
   n = min(n_batches, len(src) // batch_size)
   ds = grain.MapDataset.source(src).seed(seed).shuffle()
-  return [np.stack([ds[i * batch_size + r] for r in range(batch_size)]) for i in range(n)]
+  r0, r1 = rows or (0, batch_size)
+  return [np.stack([ds[i * batch_size + r] for r in range(r0, r1)]) for i in range(n)]

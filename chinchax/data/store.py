@@ -1,124 +1,131 @@
-"""Token store on disk: one per (corpus, tokenizer), built once, reused after.
+"""Token store on disk: one per (corpus, tokenizer, split rule), built once, reused after.
 
-Layout of ``<store_root>/<tokenizer>-<fingerprint[:16]>-val<fraction>/``::
+Layout of ``<store_root>/<tokenizer>-<fingerprint[:16]>-val<fraction>-<key[:8]>/``::
 
-  manifest.json     written last: source, fingerprint, tokenizer, counts, split
-  train.zarr/       tensorstore zarr3 uint16 array [n_tokens] (documents + EOS each)
+  manifest.json     source, fingerprint, tokenizer (and its sha256), counts,
+                    split rule, content hash; its presence marks a complete store
+  train.zarr/       tensorstore zarr3 array [n_tokens] of uint16 (vocab ≤ 65,536)
+                    or uint32: each document's ids followed by EOS
   train_docs.npy    int64 [n_docs] start offset of each document in train.zarr
   val.zarr/, val_docs.npy
+  tokenizer.json    the HF tokenizer (tokenizer=hf or bpe); absent for bytes
 
-The build goes to a temporary sibling directory that is renamed into place
+``key`` hashes the tokenizer's digest, the invalid-UTF-8 policy and the format
+version, so a different tokenizer of the same name never reuses a store.
+
+A store is built by :mod:`chinchax.data.builder` in a hidden sibling
+``.<name>.partial/`` directory (resumable shard by shard) and renamed into place
 only when complete, so a killed build never leaves a store that looks whole.
-Documents go to validation by a hash of their id (stable when files are added).
+A document goes to validation by a hash of its content, so the split is the
+same whatever the source kind (files, jsonl, parquet, HF dataset), file order
+or tokenizer; bits per byte are therefore comparable across tokenizers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
 import pathlib
-import shutil
-import time
 
 import numpy as np
 import tensorstore as ts
 
-from chinchax.data import sources as sources_lib
-
+FORMAT = 2
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
-_CHUNK = 1 << 20
+SPLIT_RULE = ("document to val iff int.from_bytes(sha256(document bytes)[:8], 'little') / 2^64 "
+              "< val_fraction; then at least one document in each split")
+CHUNK = 1 << 20  # tokens per zarr chunk
+_HASH_READ = 1 << 24
 
 
-def _is_val(doc_id: str, val_fraction: float) -> bool:
-  h = int.from_bytes(hashlib.sha256(doc_id.encode("utf-8", "surrogateescape")).digest()[:8], "little")
+def is_val(data: bytes, val_fraction: float) -> bool:
+  """Whether a document (its UTF-8 bytes) belongs to the validation split (see ``SPLIT_RULE``)."""
+  h = int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
   return h / 2**64 < val_fraction
 
 
-def _write_array(path: pathlib.Path, tokens: np.ndarray) -> None:
-  spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
-  arr = ts.open(spec, create=True, dtype=ts.uint16, shape=[max(len(tokens), 1)],
-                chunk_layout=ts.ChunkLayout(chunk_shape=[min(_CHUNK, max(len(tokens), 1))])).result()
-  if len(tokens):
-    arr.write(tokens).result()
+def store_key(tokenizer, decode_errors: str) -> str:
+  """sha256 hex over the format version, the tokenizer's digest and the UTF-8 policy."""
+  payload = json.dumps({"format": FORMAT, "tokenizer": tokenizer.digest,
+                        "decode_errors": decode_errors}, sort_keys=True)
+  return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def store_dir(store_root: str, fp: str, tokenizer, val_fraction: float) -> pathlib.Path:
-  """``<store_root>/<tokenizer>-<fingerprint[:16]>-val<fraction>``."""
+def store_dir(store_root: str, fp: str, tokenizer, val_fraction: float,
+              decode_errors: str = "replace") -> pathlib.Path:
+  """``<store_root>/<tokenizer>-<fingerprint[:16]>-val<fraction>-<key[:8]>``."""
+  key = store_key(tokenizer, decode_errors)
   return (pathlib.Path(os.path.expanduser(store_root))
-          / f"{tokenizer.name}-{fp[:16]}-val{val_fraction:g}")
+          / f"{tokenizer.name}-{fp[:16]}-val{val_fraction:g}-{key[:8]}")
 
 
-def build_or_load(source, tokenizer, store_root: str, val_fraction: float) -> pathlib.Path:
+def is_complete(directory: pathlib.Path) -> bool:
+  """True for a finished store (its manifest exists; partial builds never have one)."""
+  return (pathlib.Path(directory) / MANIFEST).is_file()
+
+
+def open_array(path: pathlib.Path, *, dtype=None, n_tokens: int | None = None):
+  """Opens (or, given dtype and n_tokens, creates) a 1-D zarr3 token array."""
+  spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+  if dtype is None:
+    return ts.open(spec, open=True).result()
+  n = max(int(n_tokens), 1)
+  return ts.open(spec, create=True, dtype=ts.dtype(np.dtype(dtype).name), shape=[n],
+                 chunk_layout=ts.ChunkLayout(chunk_shape=[min(CHUNK, n)])).result()
+
+
+def hash_parts(dtype, splits: dict) -> str:
+  """The store's content hash from per-split parts.
+
+  Args:
+    dtype: token dtype (uint16 / uint32).
+    splits: {split: (n_tokens, sha256 hex of the little-endian token bytes,
+      sha256 hex of the int64 little-endian document starts)}.
+  Returns:
+    sha256 hex digest; equal for stores with equal tokens and documents
+    whatever the source kind, worker count, shard size or interruptions.
+  """
+  h = hashlib.sha256(f"chinchax token store v{FORMAT} {np.dtype(dtype).name}".encode())
+  for split in SPLITS:
+    n, tokens_hex, starts_hex = splits[split]
+    h.update(f"|{split}|{n}|{tokens_hex}|{starts_hex}".encode())
+  return h.hexdigest()
+
+
+def content_hash(directory: pathlib.Path) -> str:
+  """Recomputes the content hash of a complete store from its arrays (reads every token)."""
+  directory = pathlib.Path(directory)
+  manifest = json.loads((directory / MANIFEST).read_text())
+  dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+  parts = {}
+  for split in SPLITS:
+    n = manifest["splits"][split]["tokens"]
+    arr = open_array(directory / f"{split}.zarr")
+    h = hashlib.sha256()
+    for start in range(0, n, _HASH_READ):
+      h.update(np.asarray(arr[start:min(n, start + _HASH_READ)].read().result()).astype(dtype).tobytes())
+    starts = np.load(directory / f"{split}_docs.npy").astype("<i8")
+    parts[split] = (n, h.hexdigest(), hashlib.sha256(starts.tobytes()).hexdigest())
+  return hash_parts(dtype, parts)
+
+
+def build_or_load(source, tokenizer, store_root: str, val_fraction: float, *,
+                  decode_errors: str = "replace", workers: int = 1, shard_mb: float = 4.0,
+                  progress: bool = False) -> pathlib.Path:
   """Returns the directory of the token store for (source, tokenizer), building it if absent.
+
+  See :func:`chinchax.data.builder.build` for the arguments; the defaults
+  tokenize in this process without a progress bar.
 
   Raises:
     DataError: the corpus has no non-empty document.
   """
-  fp = sources_lib.fingerprint(source)
-  final = store_dir(store_root, fp, tokenizer, val_fraction)
-  if (final / MANIFEST).exists():
-    return final
-  t0 = time.time()
-  tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
-  tmp.mkdir(parents=True)
-  parts = {s: [] for s in SPLITS}
-  starts = {s: [] for s in SPLITS}
-  offsets = {s: 0 for s in SPLITS}
-  n_bytes = {s: 0 for s in SPLITS}
-  n_empty = 0
-  docs = [(doc_id, data) for doc_id, data in source]
-  if not any(len(d) for _, d in docs):
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise sources_lib.DataError(f"corpus {source.describe()} has no non-empty document")
-  val_flags = [_is_val(doc_id, val_fraction) for doc_id, _ in docs]
-  if not any(val_flags):  # always hold out at least one document
-    val_flags[-1] = True
-  if all(val_flags):
-    val_flags[0] = False
-  eos = np.array([tokenizer.eos_id], dtype=np.uint16)
-  for (doc_id, data), is_val in zip(docs, val_flags):
-    if not data:
-      n_empty += 1
-      continue
-    split = "val" if is_val else "train"
-    ids = tokenizer.encode(data)
-    starts[split].append(offsets[split])
-    parts[split].extend([ids, eos])
-    offsets[split] += len(ids) + 1
-    n_bytes[split] += len(data)
-  counts = {}
-  for split in SPLITS:
-    tokens = np.concatenate(parts[split]) if parts[split] else np.zeros(0, np.uint16)
-    _write_array(tmp / f"{split}.zarr", tokens)
-    np.save(tmp / f"{split}_docs.npy", np.asarray(starts[split], dtype=np.int64))
-    counts[split] = {"tokens": int(len(tokens)), "documents": len(starts[split]),
-                     "bytes": int(n_bytes[split])}
-  manifest = {
-      "format": 1,
-      "source": source.describe(),
-      "fingerprint": fp,
-      "tokenizer": tokenizer.describe(),
-      "val_fraction": val_fraction,
-      "split_rule": "document to val iff sha256(doc_id)[:8] / 2^64 < val_fraction (≥ 1 val doc)",
-      "splits": counts,
-      "empty_documents_skipped": n_empty,
-      "build_seconds": round(time.time() - t0, 3),
-  }
-  (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-  final.parent.mkdir(parents=True, exist_ok=True)
-  try:
-    os.rename(tmp, final)
-  except OSError:  # another process finished the same store first
-    shutil.rmtree(tmp, ignore_errors=True)
-    if not (final / MANIFEST).exists():
-      raise
-  logging.info("built token store %s in %.1fs: %s", final, time.time() - t0, counts)
-  return final
+  from chinchax.data import builder
+  return builder.build(source, tokenizer, store_root, val_fraction, decode_errors=decode_errors,
+                       workers=workers, shard_mb=shard_mb, progress=progress)
 
 
 class TokenSplit:
@@ -137,14 +144,18 @@ class TokenSplit:
     counts = self.manifest["splits"][split]
     self.n_tokens = counts["tokens"]
     self.n_bytes = counts["bytes"]
-    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(self.directory / f"{split}.zarr")}}
-    self._ts = ts.open(spec, open=True).result()
+    self._ts = open_array(self.directory / f"{split}.zarr")
     self._mem = None
     if self.n_tokens <= max_in_memory:
       self._mem = np.asarray(self._ts[: self.n_tokens].read().result())
 
+  @property
+  def bytes_per_token(self) -> float:
+    """Mean UTF-8 bytes of text per token over the split (EOS tokens counted, 0 bytes each)."""
+    return self.n_bytes / self.n_tokens if self.n_tokens else float("nan")
+
   def read(self, start: int, length: int) -> np.ndarray:
-    """Tokens [start, start + length) as uint16 [length]."""
+    """Tokens [start, start + length) as uint16 / uint32 [length]."""
     if self._mem is not None:
       return self._mem[start:start + length]
     return np.asarray(self._ts[start:start + length].read().result())
@@ -161,5 +172,9 @@ def unigram_entropy_nats(tokens: np.ndarray, vocab_size: int) -> float:
 
 
 def bits_per_byte(loss_nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
-  """Converts a loss in nats/token into bits per UTF-8 byte of text: loss · tokens / (bytes · ln 2)."""
+  """Converts a loss in nats/token into bits per UTF-8 byte of text: loss · tokens / (bytes · ln 2).
+
+  With (n_tokens, n_bytes) of the split the loss was measured on, this is
+  comparable across tokenizers: the same documents, the same bytes.
+  """
   return loss_nats_per_token * n_tokens / (n_bytes * math.log(2))

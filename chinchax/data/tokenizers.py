@@ -1,21 +1,67 @@
-"""Tokenizers. The default is byte-level: 256 byte values plus an EOS id."""
+"""Tokenizers: byte-level (default), an HF ``tokenizers`` tokenizer.json, or a trained byte-level BPE.
+
+Every tokenizer here has ``name`` (used in the store's directory name),
+``vocab_size`` (one more than the largest id), ``eos_id`` (appended after each
+document), ``dtype`` (the smallest unsigned dtype holding every id: uint16 up
+to 65,536 ids, else uint32), ``digest`` (sha256 naming the exact vocabulary and
+rules), ``encode_batch`` (list of UTF-8 bytes → list of id arrays) and
+``describe`` (what the store manifest records).
+
+``data.tokenizer`` picks one (:func:`make_tokenizer`):
+
+* ``bytes``: each UTF-8 byte is a token (ids 0–255), EOS = 256, vocab 257.
+* ``hf``: ``data.tokenizer_path`` names a tokenizer.json of the HF
+  ``tokenizers`` library; documents are encoded without the tokenizer's own
+  special tokens (no BOS) and followed by its EOS token (``data.eos_token``, or
+  the first of :data:`EOS_CANDIDATES` it knows).
+* ``bpe``: a byte-level BPE (GPT-2 style pre-tokenisation, 256 byte symbols,
+  EOS ``<|endoftext|>`` = id 0) of ``data.bpe_vocab_size`` ids, trained with HF
+  ``tokenizers`` on the corpus's training documents when its store is built
+  and saved beside the store. Until then :func:`make_tokenizer` returns a
+  :class:`BPESpec` that knows only the vocab size.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pathlib
+from typing import Iterable
+
 import numpy as np
+
+from chinchax.data.sources import DataError
+
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
+BPE_EOS = "<|endoftext|>"
+
+
+class TokenizerError(DataError):
+  """A tokenizer file is missing or unreadable, or lacks what chinchax needs; names it."""
+
+
+def ids_dtype(vocab_size: int) -> type:
+  """uint16 when every id < vocab_size fits (vocab_size ≤ 65,536), else uint32."""
+  return np.uint16 if vocab_size <= 1 << 16 else np.uint32
 
 
 class ByteTokenizer:
   """Each UTF-8 byte is one token (ids 0–255); EOS = 256; vocab_size = 257."""
 
   name = "bytes"
+  kind = "bytes"
   vocab_size = 257
   eos_id = 256
   dtype = np.uint16
+  digest = hashlib.sha256(b"chinchax bytes tokenizer: ids 0-255 = bytes, 256 = EOS").hexdigest()
 
   def encode(self, data: bytes) -> np.ndarray:
     """Bytes → uint16 ids [len(data)]."""
     return np.frombuffer(data, dtype=np.uint8).astype(np.uint16)
+
+  def encode_batch(self, docs: list[bytes]) -> list[np.ndarray]:
+    """Documents (bytes) → uint16 id arrays, one per document."""
+    return [self.encode(d) for d in docs]
 
   def decode(self, ids) -> bytes:
     """ids → bytes; EOS and out-of-range ids are dropped."""
@@ -23,11 +69,179 @@ class ByteTokenizer:
     return bytes(arr[(arr >= 0) & (arr < 256)].astype(np.uint8).tolist())
 
   def describe(self) -> dict:
-    return {"name": self.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+    return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id, "sha256": self.digest}
+
+  def save(self, directory: pathlib.Path) -> str | None:
+    """Nothing to save for bytes; returns None."""
+    return None
 
 
-def make_tokenizer(name: str):
-  """Returns the tokenizer named by ``config.data.tokenizer``."""
+def _hf():
+  try:
+    import tokenizers
+  except ImportError:
+    raise TokenizerError("this tokenizer needs the tokenizers package: "
+                         "pip install 'chinchax[hf]'") from None
+  return tokenizers
+
+
+class HFTokenizer:
+  """An HF ``tokenizers.Tokenizer`` behind the chinchax tokenizer interface.
+
+  Args:
+    tokenizer: the ``tokenizers.Tokenizer``.
+    name: short name for store directories ("hf", "bpe8192").
+    kind: "hf" (loaded from a file) or "bpe" (trained here).
+    eos_token: the EOS token; "" = the first of :data:`EOS_CANDIDATES` in the vocabulary.
+    origin: where it came from (a path), for the manifest.
+  Raises:
+    TokenizerError: no EOS token can be found.
+  """
+
+  def __init__(self, tokenizer, *, name: str = "hf", kind: str = "hf", eos_token: str = "",
+               origin: str = ""):
+    self._tok = tokenizer
+    self.name, self.kind, self.origin = name, kind, origin
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    if not vocab:
+      raise TokenizerError(f"tokenizer {origin or name!r} has an empty vocabulary")
+    self.vocab_size = max(vocab.values()) + 1
+    candidates = (eos_token,) if eos_token else EOS_CANDIDATES
+    found = [t for t in candidates if t in vocab]
+    if not found:
+      raise TokenizerError(
+          f"tokenizer {origin or name!r} has no EOS token {eos_token!r}" if eos_token else
+          f"tokenizer {origin or name!r} has none of the EOS tokens {list(EOS_CANDIDATES)}; "
+          f"set data.eos_token to the token that ends a document")
+    self.eos_token = found[0]
+    self.eos_id = int(vocab[self.eos_token])
+    self.dtype = ids_dtype(self.vocab_size)
+    self._json = tokenizer.to_str()
+    self.digest = hashlib.sha256(self._json.encode("utf-8")).hexdigest()
+
+  @classmethod
+  def from_file(cls, path: str, eos_token: str = "", *, name: str = "hf", kind: str = "hf"):
+    """Loads a tokenizer.json.
+
+    Raises:
+      TokenizerError: the file is missing, is not a tokenizer.json, or has no EOS token.
+    """
+    tokenizers = _hf()
+    p = pathlib.Path(os.path.expanduser(str(path)))
+    if not p.is_file():
+      raise TokenizerError(f"tokenizer file {str(path)!r} does not exist (data.tokenizer_path)")
+    try:
+      tok = tokenizers.Tokenizer.from_file(str(p))
+    except Exception as e:  # tokenizers raises a bare Exception on a malformed file
+      raise TokenizerError(f"tokenizer file {str(path)!r} is not a valid HF tokenizers "
+                           f"tokenizer.json: {e}") from None
+    return cls(tok, name=name, kind=kind, eos_token=eos_token, origin=str(p))
+
+  def __getstate__(self):
+    return {"json": self._json, "name": self.name, "kind": self.kind,
+            "eos_token": self.eos_token, "origin": self.origin}
+
+  def __setstate__(self, state):
+    tok = _hf().Tokenizer.from_str(state["json"])
+    self.__init__(tok, name=state["name"], kind=state["kind"], eos_token=state["eos_token"],
+                  origin=state["origin"])
+
+  def encode(self, data: bytes) -> np.ndarray:
+    """UTF-8 bytes → ids [n] in ``self.dtype`` (no special tokens added)."""
+    return self.encode_batch([data])[0]
+
+  def encode_batch(self, docs: list[bytes]) -> list[np.ndarray]:
+    """Documents (valid UTF-8 bytes) → id arrays in ``self.dtype``, one per document."""
+    texts = [d.decode("utf-8") for d in docs]
+    fast = getattr(self._tok, "encode_batch_fast", None)
+    encodings = (fast or self._tok.encode_batch)(texts, add_special_tokens=False)
+    return [np.asarray(e.ids, dtype=np.int64).astype(self.dtype) for e in encodings]
+
+  def decode(self, ids) -> bytes:
+    """ids → UTF-8 bytes; special tokens (EOS) are dropped."""
+    ids = [int(i) for i in np.asarray(ids).ravel()]
+    return self._tok.decode(ids, skip_special_tokens=True).encode("utf-8")
+
+  def describe(self) -> dict:
+    return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id, "eos_token": self.eos_token, "sha256": self.digest,
+            "origin": self.origin, "file": "tokenizer.json"}
+
+  def to_json(self) -> str:
+    """The tokenizer.json text."""
+    return self._json
+
+  def save(self, directory: pathlib.Path) -> str:
+    """Writes ``directory/tokenizer.json``; returns its file name."""
+    (pathlib.Path(directory) / "tokenizer.json").write_text(self._json)
+    return "tokenizer.json"
+
+
+class BPESpec:
+  """A byte-level BPE still to be trained: knows its name and vocab size only."""
+
+  kind = "bpe"
+
+  def __init__(self, vocab_size: int):
+    self.vocab_size = int(vocab_size)
+    self.name = f"bpe{self.vocab_size}"
+    self.dtype = ids_dtype(self.vocab_size)
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, *, progress: bool = False,
+              length: int | None = None) -> HFTokenizer:
+  """Trains a byte-level BPE with HF ``tokenizers`` (deterministic for a given text order).
+
+  Pre-tokenisation is GPT-2's byte-level regex split without an added prefix
+  space; the 256 byte symbols are always in the vocabulary, ``<|endoftext|>``
+  is id 0. A corpus with too few distinct pairs ends below ``vocab_size``.
+
+  Args:
+    texts: the training documents.
+    vocab_size: target number of ids (≥ 258).
+    progress: show the trainer's progress bar.
+    length: number of texts, for the progress bar.
+  """
+  tokenizers = _hf()
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  trainer = tokenizers.trainers.BpeTrainer(
+      vocab_size=vocab_size, special_tokens=[BPE_EOS], show_progress=progress,
+      initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(texts, trainer, length=length)
+  return HFTokenizer(tok, name=f"bpe{vocab_size}", kind="bpe", eos_token=BPE_EOS)
+
+
+def make_tokenizer(spec):
+  """The tokenizer named by ``config.data`` (or by a bare name, "bytes").
+
+  Cheap: loads a tokenizer.json but trains nothing (``bpe`` gives a :class:`BPESpec`).
+
+  Args:
+    spec: ``config.data`` (uses ``tokenizer``, ``tokenizer_path``,
+      ``eos_token``, ``bpe_vocab_size``) or the string "bytes".
+  Raises:
+    TokenizerError: unknown name, or an unusable tokenizer file.
+  """
+  name = spec if isinstance(spec, str) else spec.tokenizer
   if name == "bytes":
     return ByteTokenizer()
-  raise ValueError(f"unknown tokenizer {name!r}; known: 'bytes'")
+  if isinstance(spec, str):
+    raise TokenizerError(f"tokenizer {name!r} needs its config (data.tokenizer_path / "
+                         f"data.bpe_vocab_size); known by name alone: 'bytes'")
+  if name == "hf":
+    return HFTokenizer.from_file(spec.tokenizer_path, spec.eos_token)
+  if name == "bpe":
+    return BPESpec(spec.bpe_vocab_size)
+  raise TokenizerError(f"unknown tokenizer {name!r}; known: 'bytes', 'bpe', 'hf'")
+
+
+def load_saved(directory: pathlib.Path, described: dict):
+  """Rebuilds the tokenizer a store manifest describes (``manifest["tokenizer"]``)."""
+  if described["kind"] == "bytes":
+    return ByteTokenizer()
+  return HFTokenizer.from_file(str(pathlib.Path(directory) / described["file"]),
+                               described.get("eos_token", ""), name=described["name"],
+                               kind=described["kind"])

@@ -1,0 +1,487 @@
+"""Parallel, resumable token-store builder (``chinchax prepare`` and the trainer).
+
+:func:`build` makes the store of :mod:`chinchax.data.store` in four steps:
+
+1. **Scan** the source once: its fingerprint (which names the store) and
+   counts. A corpus without a non-empty document is refused here, before
+   anything is written.
+2. **Tokenizer**: for ``tokenizer=bpe`` a byte-level BPE is trained on the
+   training documents (never the validation ones) and saved as
+   ``<store_root>/tokenizers/bpe<V>-<fingerprint[:16]>-val<f>-<policy>.json``;
+   a later build of the same corpus reuses it. A copy goes into the store.
+3. **Tokenize**: documents, in source order, are cut into shards of at least
+   ``shard_mb`` MB (boundaries depend only on the documents and the shard
+   size). Each shard is repaired (UTF-8 policy), assigned to splits and
+   tokenized in batch by one of ``workers`` processes, then written atomically
+   to ``.<store>.partial/shards/<k>.npz``.
+4. **Assemble**: the shards, in order, become the two splits' zarr arrays
+   (chunk-aligned writes), document offsets and the content hash; the
+   manifest is written last and the directory renamed into place.
+
+**Documents.** Empty documents are skipped and counted. Invalid UTF-8 follows
+``decode_errors``: ``replace`` turns each invalid sequence into U+FFFD (EF BF BD)
+and keeps the document, ``skip`` drops it; both are counted in the manifest,
+whose byte counts are of the repaired text.
+
+**Resuming.** Interrupted (Ctrl-C, kill, crash), a build leaves only the hidden
+``.partial`` directory, which never looks like a store. Rerunning the same
+build tokenizes just the missing shards (with the shard size recorded in the
+partial directory, whatever ``shard_mb`` says now). The store is identical —
+same content hash — to an uninterrupted build, and does not depend on the
+number of workers or the shard size.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import pathlib
+import pickle
+import shutil
+import signal
+import sys
+import time
+
+import numpy as np
+
+from chinchax.data import sources as sources_lib
+from chinchax.data import store as store_lib
+from chinchax.data import tokenizers as tokenizers_lib
+
+_STATS = ("documents", "empty", "replaced", "skipped")
+_worker_tokenizer = None
+
+
+def default_workers() -> int:
+  """Tokenizer processes for ``data.prepare_workers=0``: min(8, CPU count)."""
+  return max(1, min(8, os.cpu_count() or 1))
+
+
+def _init_worker(tokenizer_pickle: bytes) -> None:
+  """Pool initializer: one tokenizer per process, single-threaded, Ctrl-C left to the parent."""
+  global _worker_tokenizer
+  os.environ["TOKENIZERS_PARALLELISM"] = "false"
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  _worker_tokenizer = pickle.loads(tokenizer_pickle)
+
+
+def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_errors: str,
+                   tokenizer=None) -> dict:
+  """Repairs, split-assigns and tokenizes one shard; writes ``path`` (npz) atomically.
+
+  The npz holds ``tokens`` [n] (each kept document's ids then EOS, in the
+  tokenizer's dtype), ``doc_tokens`` int64 [d] (tokens per kept document, EOS
+  included), ``doc_bytes`` int64 [d], ``doc_val`` bool [d] and ``stats`` int64
+  [4] (documents read, empty skipped, invalid UTF-8 replaced, skipped).
+
+  Args:
+    path: the shard file to write.
+    docs: the shard's documents as read from the source.
+    val_fraction: see ``store.is_val``.
+    decode_errors: "replace" | "skip".
+    tokenizer: the tokenizer; None in a pool worker (uses the process's own).
+  Returns:
+    the stats as a dict.
+  """
+  tok = tokenizer if tokenizer is not None else _worker_tokenizer
+  stats = dict.fromkeys(_STATS, 0)
+  stats["documents"] = len(docs)
+  kept, val = [], []
+  for data in docs:
+    if not data:
+      stats["empty"] += 1
+      continue
+    text, status = sources_lib.normalize(data, decode_errors)
+    if text is None:
+      stats["skipped"] += 1
+      continue
+    stats["replaced"] += status == "replaced"
+    kept.append(text)
+    val.append(store_lib.is_val(text, val_fraction))
+  ids = tok.encode_batch(kept) if kept else []
+  eos = np.array([tok.eos_id], dtype=tok.dtype)
+  pieces = [p for a in ids for p in (a.astype(tok.dtype, copy=False), eos)]
+  tokens = np.concatenate(pieces) if pieces else np.zeros(0, tok.dtype)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "wb") as f:
+    np.savez(f, tokens=tokens, doc_tokens=np.array([len(a) + 1 for a in ids], np.int64),
+             doc_bytes=np.array([len(t) for t in kept], np.int64),
+             doc_val=np.array(val, dtype=bool),
+             stats=np.array([stats[k] for k in _STATS], np.int64))
+  os.replace(tmp, path)
+  return stats
+
+
+def _shards(source, shard_bytes: int):
+  """Yields (documents, bytes) per shard: consecutive documents, ≥ shard_bytes each but the last."""
+  docs, size = [], 0
+  for _, data in source:
+    docs.append(data)
+    size += len(data)
+    if size >= shard_bytes:
+      yield docs, size
+      docs, size = [], 0
+  if docs:
+    yield docs, size
+
+
+class _ArrayWriter:
+  """Appends tokens to a pre-sized zarr array in whole chunks, hashing them on the way."""
+
+  def __init__(self, path: pathlib.Path, dtype, n_tokens: int):
+    self.arr = store_lib.open_array(path, dtype=dtype, n_tokens=n_tokens)
+    self.n, self.dtype = n_tokens, np.dtype(dtype)
+    self.parts, self.buffered, self.pos = [], 0, 0
+    self.hash = hashlib.sha256()
+
+  def add(self, x: np.ndarray) -> None:
+    if not len(x):
+      return
+    x = x.astype(self.dtype, copy=False)
+    self.hash.update(x.astype(self.dtype.newbyteorder("<"), copy=False).tobytes())
+    self.parts.append(x)
+    self.buffered += len(x)
+    if self.buffered >= store_lib.CHUNK:
+      self._flush(final=False)
+
+  def _flush(self, final: bool) -> None:
+    data = np.concatenate(self.parts)
+    m = len(data) if final else len(data) // store_lib.CHUNK * store_lib.CHUNK
+    if m:
+      self.arr[self.pos:self.pos + m].write(data[:m]).result()
+      self.pos += m
+    rest = data[m:]
+    self.parts, self.buffered = ([rest] if len(rest) else []), len(rest)
+
+  def close(self) -> str:
+    if self.buffered:
+      self._flush(final=True)
+    if self.pos != self.n:
+      raise RuntimeError(f"wrote {self.pos} tokens into an array of {self.n}")
+    return self.hash.hexdigest()
+
+
+def trained_bpe(source, spec, store_root: pathlib.Path, fp: str, val_fraction: float,
+                decode_errors: str, progress: bool = False):
+  """The byte-level BPE for (corpus, vocab size, split): loaded if saved, else trained and saved.
+
+  Trained on the repaired, non-empty documents that the split rule sends to
+  training, in source order.
+  """
+  path = (store_root / "tokenizers"
+          / f"{spec.name}-{fp[:16]}-val{val_fraction:g}-{decode_errors}.json")
+  if path.is_file():
+    return tokenizers_lib.HFTokenizer.from_file(str(path), tokenizers_lib.BPE_EOS,
+                                                name=spec.name, kind="bpe")
+
+  def texts():
+    for _, data in source:
+      text, _ = sources_lib.normalize(data, decode_errors) if data else (None, "")
+      if text is not None and not store_lib.is_val(text, val_fraction):
+        yield text.decode("utf-8")
+
+  tok = tokenizers_lib.train_bpe(texts(), spec.vocab_size, progress=progress)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  tmp.write_text(tok.to_json())
+  os.replace(tmp, path)
+  tok.origin = str(path)
+  return tok
+
+
+def _say(msg: str) -> None:
+  print(msg, file=sys.stderr, flush=True)
+
+
+def build(source, tokenizer, store_root: str, val_fraction: float, *,
+          decode_errors: str = "replace", workers: int = 1, shard_mb: float = 4.0,
+          progress: bool = False) -> pathlib.Path:
+  """Builds (or finds, or resumes) the token store for (source, tokenizer).
+
+  Args:
+    source: a source of ``chinchax.data.sources``.
+    tokenizer: a tokenizer of ``chinchax.data.tokenizers``, or a ``BPESpec``
+      (the BPE is trained first).
+    store_root: directory holding stores (``~`` expanded).
+    val_fraction: share of documents held out (``store.SPLIT_RULE``).
+    decode_errors: invalid UTF-8 policy, "replace" | "skip".
+    workers: tokenizer processes; 1 tokenizes here, 0 = :func:`default_workers`.
+    shard_mb: MB of text per shard (the unit of parallel work and of resuming).
+    progress: show tqdm progress bars (stderr).
+  Returns:
+    the store directory (complete: it has a manifest).
+  Raises:
+    DataError: the corpus has no non-empty document, or (TokenizerError) the
+      tokenizer cannot be used.
+    KeyboardInterrupt: interrupted; finished shards are kept for a rerun.
+  """
+  if decode_errors not in ("replace", "skip"):
+    raise ValueError(f"decode_errors={decode_errors!r} is not 'replace' or 'skip'")
+  t0 = time.perf_counter()
+  info = sources_lib.scan(source)
+  if not info.nonempty:
+    raise sources_lib.DataError(f"corpus {source.describe()} has no non-empty document "
+                                f"({info.documents} documents read)")
+  fp = info.fingerprint
+  root = pathlib.Path(os.path.expanduser(store_root))
+  timings = {"scan_s": time.perf_counter() - t0, "tokenizer_train_s": 0.0}
+  if isinstance(tokenizer, tokenizers_lib.BPESpec):
+    t = time.perf_counter()
+    tokenizer = trained_bpe(source, tokenizer, root, fp, val_fraction, decode_errors, progress)
+    timings["tokenizer_train_s"] = time.perf_counter() - t
+  final = store_lib.store_dir(str(root), fp, tokenizer, val_fraction, decode_errors)
+  if store_lib.is_complete(final):
+    return final
+  partial = final.with_name(f".{final.name}.partial")
+  try:
+    return _build_into(source, tokenizer, info, final, partial, val_fraction, decode_errors,
+                       workers or default_workers(), int(shard_mb * 1e6), progress, timings, t0)
+  except KeyboardInterrupt:
+    raise
+  except sources_lib.DataError:  # deterministic: a rerun would fail the same way
+    shutil.rmtree(partial, ignore_errors=True)
+    raise
+  except Exception:
+    if store_lib.is_complete(final):  # another process finished the same store meanwhile
+      return final
+    raise
+
+
+def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_errors, workers,
+                shard_bytes, progress, timings, t0) -> pathlib.Path:
+  shard_dir = partial / "shards"
+  shard_dir.mkdir(parents=True, exist_ok=True)
+  plan_path = partial / "build.json"
+  plan = {"fingerprint": info.fingerprint, "tokenizer_sha256": tokenizer.digest,
+          "val_fraction": val_fraction, "decode_errors": decode_errors,
+          "shard_bytes": max(shard_bytes, 1)}
+  if plan_path.is_file():
+    saved = json.loads(plan_path.read_text())
+    if {k: v for k, v in saved.items() if k != "shard_bytes"} == {
+        k: v for k, v in plan.items() if k != "shard_bytes"}:
+      plan["shard_bytes"] = saved["shard_bytes"]
+    else:  # a different build under a colliding name: start over
+      shutil.rmtree(shard_dir, ignore_errors=True)
+      shard_dir.mkdir(parents=True)
+  tmp_plan = plan_path.with_name(f"build.json.tmp-{os.getpid()}")
+  tmp_plan.write_text(json.dumps(plan, indent=2))
+  os.replace(tmp_plan, plan_path)
+  for stray in shard_dir.glob("*.tmp-*"):
+    stray.unlink(missing_ok=True)
+
+  t = time.perf_counter()
+  n_shards, reused = _tokenize(source, tokenizer, info, shard_dir, plan["shard_bytes"],
+                               val_fraction, decode_errors, workers, progress, partial)
+  timings["tokenize_s"] = time.perf_counter() - t
+  t = time.perf_counter()
+  assembly = partial / f"store-{os.getpid()}"
+  shutil.rmtree(assembly, ignore_errors=True)
+  assembly.mkdir()
+  counts, documents, digest = _assemble(shard_dir, n_shards, tokenizer, assembly)
+  timings["assemble_s"] = time.perf_counter() - t
+  timings["total_s"] = time.perf_counter() - t0
+  tokenizer.save(assembly)
+  described = tokenizer.describe()
+  if "file" in described and not (assembly / described["file"]).exists():
+    described.pop("file")
+  manifest = {
+      "format": store_lib.FORMAT,
+      "source": source.describe(),
+      "fingerprint": info.fingerprint,
+      "tokenizer": described,
+      "dtype": np.dtype(tokenizer.dtype).name,
+      "val_fraction": val_fraction,
+      "split_rule": store_lib.SPLIT_RULE,
+      "decode_errors": decode_errors,
+      "documents": documents,
+      "empty_documents_skipped": documents["empty_skipped"],
+      "splits": counts,
+      "content_sha256": digest,
+      "shards": {"count": n_shards, "bytes_per_shard": plan["shard_bytes"], "reused": reused},
+      "workers": workers,
+      "source_bytes": info.bytes,
+      "timings": {k: round(v, 3) for k, v in timings.items()},
+      "build_seconds": round(timings["total_s"], 3),
+  }
+  (assembly / store_lib.MANIFEST).write_text(json.dumps(manifest, indent=2))
+  final.parent.mkdir(parents=True, exist_ok=True)
+  try:
+    os.rename(assembly, final)
+  except OSError:  # another process finished the same store first
+    if not store_lib.is_complete(final):
+      raise
+  shutil.rmtree(partial, ignore_errors=True)
+  logging.info("built token store %s in %.1fs: %s", final, timings["total_s"], counts)
+  return final
+
+
+def _tokenize(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, decode_errors,
+              workers, progress, partial) -> tuple[int, int]:
+  """Tokenizes every shard not already on disk; returns (shards in the corpus, reused)."""
+  from tqdm.auto import tqdm
+
+  done = {p.name for p in shard_dir.glob("*.npz")}
+  bar = tqdm(total=info.bytes, unit="B", unit_scale=True, desc="tokenize", disable=not progress,
+             file=sys.stderr, dynamic_ncols=True)
+  pool, held, inflight = None, None, collections.deque()
+  n_shards = reused = 0
+
+  def run_here(job):
+    tokenize_shard(*job[:4], tokenizer=tokenizer)
+    bar.update(job[4])
+
+  def wait_oldest():
+    result, size = inflight.popleft()
+    result.get()
+    bar.update(size)
+
+  try:
+    for k, (docs, size) in enumerate(_shards(source, shard_bytes)):
+      n_shards = k + 1
+      path = shard_dir / f"{k:06d}.npz"
+      if path.name in done:
+        reused += 1
+        bar.update(size)
+        continue
+      job = (str(path), docs, val_fraction, decode_errors, size)
+      if workers <= 1:
+        run_here(job)
+        continue
+      if pool is None and held is None:  # start processes only once a second shard needs them
+        held = job
+        continue
+      if pool is None:
+        ctx = multiprocessing.get_context("spawn")
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(pickle.dumps(tokenizer),))
+        inflight.append((pool.apply_async(tokenize_shard, held[:4]), held[4]))
+        held = None
+      inflight.append((pool.apply_async(tokenize_shard, job[:4]), size))
+      while len(inflight) >= 2 * workers:
+        wait_oldest()
+    if held is not None:
+      run_here(held)
+    while inflight:
+      wait_oldest()
+  except BaseException as e:
+    if pool is not None:
+      pool.terminate()
+      pool.join()
+    bar.close()
+    if isinstance(e, KeyboardInterrupt):
+      kept = len(list(shard_dir.glob("*.npz")))
+      _say(f"interrupted: {kept} finished shard(s) kept in {partial}; "
+           f"rerun the same command to resume")
+    raise
+  if pool is not None:
+    pool.close()
+    pool.join()
+  bar.close()
+  return n_shards, reused
+
+
+def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Path):
+  """Concatenates shards 0..n_shards-1 into ``out``; returns (split counts, document counts, hash)."""
+  metas, stats = [], np.zeros(len(_STATS), np.int64)
+  for k in range(n_shards):
+    with np.load(shard_dir / f"{k:06d}.npz") as z:
+      metas.append({"doc_tokens": z["doc_tokens"], "doc_bytes": z["doc_bytes"],
+                    "doc_val": z["doc_val"].copy()})
+      stats += z["stats"]
+  with_docs = [m for m in metas if len(m["doc_val"])]
+  n_kept = sum(len(m["doc_val"]) for m in metas)
+  n_val = sum(int(m["doc_val"].sum()) for m in metas)
+  if n_kept == 0:
+    raise sources_lib.DataError(
+        f"no document is left after skipping {int(stats[1])} empty and {int(stats[3])} "
+        f"invalid-UTF-8 documents (data.decode_errors='skip'?)")
+  if n_val == 0:  # at least one validation document
+    with_docs[-1]["doc_val"][-1] = True
+    n_val = 1
+  if n_val == n_kept:  # and one training document (a one-document corpus trains on it)
+    with_docs[0]["doc_val"][0] = False
+  counts = {}
+  for split in store_lib.SPLITS:
+    want = split == "val"
+    counts[split] = {
+        "tokens": int(sum(m["doc_tokens"][m["doc_val"] == want].sum() for m in metas)),
+        "documents": int(sum((m["doc_val"] == want).sum() for m in metas)),
+        "bytes": int(sum(m["doc_bytes"][m["doc_val"] == want].sum() for m in metas))}
+  writers = {s: _ArrayWriter(out / f"{s}.zarr", tokenizer.dtype, counts[s]["tokens"])
+             for s in store_lib.SPLITS}
+  lengths = {s: [] for s in store_lib.SPLITS}
+  for k, m in enumerate(metas):
+    with np.load(shard_dir / f"{k:06d}.npz") as z:
+      tokens = z["tokens"]
+    on_val = np.repeat(m["doc_val"], m["doc_tokens"])
+    writers["val"].add(tokens[on_val])
+    writers["train"].add(tokens[~on_val])
+    lengths["val"].append(m["doc_tokens"][m["doc_val"]])
+    lengths["train"].append(m["doc_tokens"][~m["doc_val"]])
+  parts = {}
+  for split in store_lib.SPLITS:
+    token_hex = writers[split].close()
+    lens = np.concatenate(lengths[split]) if lengths[split] else np.zeros(0, np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(lens) else lens
+    np.save(out / f"{split}_docs.npy", starts)
+    parts[split] = (counts[split]["tokens"], token_hex,
+                    hashlib.sha256(starts.astype("<i8").tobytes()).hexdigest())
+  documents = {"read": int(stats[0]), "kept": n_kept, "empty_skipped": int(stats[1]),
+               "invalid_utf8_replaced": int(stats[2]), "invalid_utf8_skipped": int(stats[3])}
+  return counts, documents, store_lib.hash_parts(tokenizer.dtype, parts)
+
+
+def prepare(data_cfg, *, progress: bool = False) -> pathlib.Path:
+  """Builds (or finds) the store ``config.data`` describes; returns its directory.
+
+  Raises:
+    DataError: bad source, field, tokenizer file or empty corpus (before tokenizing).
+  """
+  source = sources_lib.make_source(data_cfg)
+  tokenizer = tokenizers_lib.make_tokenizer(data_cfg)
+  return build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
+               decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
+               shard_mb=data_cfg.shard_mb, progress=progress)
+
+
+def report(directory: pathlib.Path) -> str:
+  """A human summary of a store's manifest: counts, bytes per token, time, throughput."""
+  directory = pathlib.Path(directory)
+  m = json.loads((directory / store_lib.MANIFEST).read_text())
+  sp, docs, tok, t = m["splits"], m["documents"], m["tokenizer"], m["timings"]
+  tokens = sp["train"]["tokens"] + sp["val"]["tokens"]
+  text_bytes = sp["train"]["bytes"] + sp["val"]["bytes"]
+  text_tokens = tokens - docs["kept"]  # EOS excluded
+  mb = m["source_bytes"] / 1e6
+  lines = [
+      f"store      {directory}",
+      f"source     {m['source']['kind']}, {mb:.2f} MB, fingerprint {m['fingerprint'][:16]}",
+      f"tokenizer  {tok['name']} ({tok['kind']}), vocab {tok['vocab_size']:,}, eos id "
+      f"{tok['eos_id']}, sha256 {tok['sha256'][:16]}, ids stored as {m['dtype']}",
+      f"documents  {docs['read']:,} read, {docs['kept']:,} kept; {docs['empty_skipped']:,} empty "
+      f"skipped; invalid UTF-8: {docs['invalid_utf8_replaced']:,} replaced, "
+      f"{docs['invalid_utf8_skipped']:,} skipped ({m['decode_errors']})",
+      f"tokens     {tokens:,} (train {sp['train']['tokens']:,} in {sp['train']['documents']:,} "
+      f"docs, val {sp['val']['tokens']:,} in {sp['val']['documents']:,} docs; EOS included)",
+      f"bytes/tok  {text_bytes / max(text_tokens, 1):.3f} bytes of text per token (EOS excluded)",
+      f"time       {t['total_s']:.1f}s total: scan {t['scan_s']:.1f}s, tokenizer training "
+      f"{t['tokenizer_train_s']:.1f}s, tokenize {t['tokenize_s']:.1f}s, assemble "
+      f"{t['assemble_s']:.1f}s; {mb / max(t['total_s'], 1e-9):.2f} MB/s overall, "
+      f"{mb / max(t['tokenize_s'], 1e-9):.2f} MB/s tokenizing ({m['workers']} worker(s); "
+      f"{m['shards']['reused']} of {m['shards']['count']} shards reused from an earlier run)",
+      f"content    sha256 {m['content_sha256']}",
+  ]
+  return "\n".join(lines)
+
+
+def run_prepare(config) -> pathlib.Path:
+  """``chinchax prepare``: builds (or finds) the store of ``config.data`` and prints its report."""
+  started = time.time()
+  directory = prepare(config.data, progress=True)
+  if (directory / store_lib.MANIFEST).stat().st_mtime < started:
+    print("store already complete (built earlier; times below are from that build)")
+  print(report(directory), flush=True)
+  return directory

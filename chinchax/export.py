@@ -1,0 +1,406 @@
+"""``chinchax export``: a trained run as an HF Llama (``LlamaForCausalLM``) safetensors checkpoint.
+
+  chinchax export WORKDIR --format safetensors [--out DIR] [--step N]
+                  [--dtype float32|bfloat16] [--tokenizer tokenizer.json] [--overwrite] [--verify]
+
+Writes ``DIR`` (default ``WORKDIR/export``): ``model.safetensors``,
+``config.json`` (Llama layout), ``generation_config.json``, ``export_info.json``
+(source run, step, the tensor mapping) and, when the run's tokenizer is an HF
+one, ``tokenizer.json`` + ``tokenizer_config.json``. The byte tokenizer has no
+HF file: ids 0–255 are the UTF-8 bytes and 256 is EOS (``export_info.json``).
+
+The architectures match one to one: pre-norm RMSNorm (``x·rsqrt(mean(x²)+eps)·w``),
+multi-head attention without biases (num_key_value_heads = num_attention_heads),
+scores scaled by 1/√head_dim, SwiGLU MLP (``down(silu(gate(x))·up(x))``), final
+RMSNorm, output head tied to the embedding or not. RoPE: chinchax rotates the
+(first half, second half) pairs of each head with inverse frequencies
+``θ^(-2i/K)``, which is HF Llama's ``rotate_half`` convention, so q/k weights
+need no permutation (the permutation in Meta→HF conversions undoes Meta's
+interleaved pairs, which chinchax does not use).
+
+Tensor mapping (chinchax parameter [shape] → HF name [shape]; D d_model, H heads,
+K head_dim, F d_ff, V vocab, i the layer)::
+
+  embed_VD [V,D]                        → model.embed_tokens.weight [V,D]
+  blocks.i.attn_norm.scale [D]          → model.layers.i.input_layernorm.weight [D]
+  blocks.i.attn.wq_DHK [D,H,K]          → model.layers.i.self_attn.q_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
+  blocks.i.attn.wk_DHK [D,H,K]          → model.layers.i.self_attn.k_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
+  blocks.i.attn.wv_DHK [D,H,K]          → model.layers.i.self_attn.v_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
+  blocks.i.attn.wo_HKD [H,K,D]          → model.layers.i.self_attn.o_proj.weight [D,H·K]  (reshape(H·K,D)ᵀ)
+  blocks.i.mlp_norm.scale [D]           → model.layers.i.post_attention_layernorm.weight [D]
+  blocks.i.mlp.w_gate_DF [D,F]          → model.layers.i.mlp.gate_proj.weight [F,D]       (ᵀ)
+  blocks.i.mlp.w_up_DF [D,F]            → model.layers.i.mlp.up_proj.weight [F,D]         (ᵀ)
+  blocks.i.mlp.w_down_FD [F,D]          → model.layers.i.mlp.down_proj.weight [D,F]       (ᵀ)
+  final_norm.scale [D]                  → model.norm.weight [D]
+  head_DV [D,V] (untied only)           → lm_head.weight [V,D]                            (ᵀ)
+
+With tied embeddings ``lm_head.weight`` is omitted and ``tie_word_embeddings``
+is true. Row h·K + k of q/k/v_proj is head h, dimension k, as HF's
+``view(B, T, H, K)`` expects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import pathlib
+import shutil
+import sys
+
+import numpy as np
+
+FORMATS = ("safetensors",)
+DTYPES = ("float32", "bfloat16")
+# (chinchax parameter, HF tensor, transform), i = layer index; recorded in export_info.json.
+MAPPING = [
+    ("embed_VD", "model.embed_tokens.weight", "identity"),
+    ("blocks.i.attn_norm.scale", "model.layers.i.input_layernorm.weight", "identity"),
+    ("blocks.i.attn.wq_DHK", "model.layers.i.self_attn.q_proj.weight", "reshape(D, H*K).T"),
+    ("blocks.i.attn.wk_DHK", "model.layers.i.self_attn.k_proj.weight", "reshape(D, H*K).T"),
+    ("blocks.i.attn.wv_DHK", "model.layers.i.self_attn.v_proj.weight", "reshape(D, H*K).T"),
+    ("blocks.i.attn.wo_HKD", "model.layers.i.self_attn.o_proj.weight", "reshape(H*K, D).T"),
+    ("blocks.i.mlp_norm.scale", "model.layers.i.post_attention_layernorm.weight", "identity"),
+    ("blocks.i.mlp.w_gate_DF", "model.layers.i.mlp.gate_proj.weight", "T"),
+    ("blocks.i.mlp.w_up_DF", "model.layers.i.mlp.up_proj.weight", "T"),
+    ("blocks.i.mlp.w_down_FD", "model.layers.i.mlp.down_proj.weight", "T"),
+    ("final_norm.scale", "model.norm.weight", "identity"),
+    ("head_DV (untied only)", "lm_head.weight", "T"),
+]
+
+
+class ExportError(ValueError):
+  """The workdir cannot be exported as asked; the message names what is wrong."""
+
+
+def _strip_values(tree):
+  """Orbax's saved NNX state {"x": {"value": arr}} → {"x": arr}."""
+  if isinstance(tree, dict):
+    if set(tree) == {"value"}:
+      return tree["value"]
+    return {k: _strip_values(v) for k, v in tree.items()}
+  return tree
+
+
+def load_run(workdir) -> dict:
+  """The run's ``config.json`` (config, model signature, budget).
+
+  Raises:
+    ExportError: no config.json (not a chinchax run directory).
+  """
+  path = pathlib.Path(os.path.expanduser(str(workdir))) / "config.json"
+  if not path.is_file():
+    raise ExportError(f"{str(workdir)!r} is not a chinchax run: it has no config.json")
+  return json.loads(path.read_text())
+
+
+def load_params(workdir, step: int | None = None) -> tuple[dict, int]:
+  """Restores the model parameters of a checkpoint as numpy arrays (no devices needed).
+
+  Args:
+    workdir: the run directory (holds ``checkpoints/``).
+    step: checkpoint step; None = the latest.
+  Returns:
+    (params as nested dicts of numpy float32 arrays with chinchax names, step).
+  Raises:
+    ExportError: no checkpoint, or no checkpoint at ``step``.
+  """
+  import jax
+  import orbax.checkpoint as ocp
+
+  root = pathlib.Path(os.path.expanduser(str(workdir))) / "checkpoints"
+  steps = sorted(int(p.name) for p in root.glob("*") if p.name.isdigit()
+                 and (p / "default").is_dir()) if root.is_dir() else []
+  if not steps:
+    raise ExportError(f"{str(workdir)!r} has no checkpoint under {root}")
+  if step is None:
+    step = steps[-1]
+  elif step not in steps:
+    raise ExportError(f"{str(workdir)!r} has no checkpoint at step {step}; steps: {steps}")
+  path = root / str(step) / "default"
+  ckptr = ocp.PyTreeCheckpointer()
+  absl_logger = logging.getLogger("absl")
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)  # orbax warns that the per-item metadata file is absent
+  try:
+    meta = ckptr.metadata(path)
+  finally:
+    absl_logger.setLevel(level)
+  tree = getattr(meta, "item_metadata", meta)
+  tree = getattr(tree, "tree", tree)
+  item = {"params": tree["params"]}
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+  out = ckptr.restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
+                                                        partial_restore=True))
+  return _strip_values(out["params"]), step
+
+
+def model_config(run: dict):
+  """The float32 ``chinchax.model.ModelConfig`` of a run's config.json."""
+  from chinchax import model as model_lib
+
+  m, sig = run["config"]["model"], run["model_signature"]
+  return model_lib.ModelConfig(
+      vocab_size=sig["vocab_size"], d_model=sig["d_model"], n_layers=sig["n_layers"],
+      n_heads=sig["n_heads"], d_ff=sig["d_ff"], tie_embeddings=sig["tie_embeddings"],
+      rope_theta=m["rope_theta"], norm_eps=m["norm_eps"], init_std=m["init_std"],
+      compute_dtype="float32", attention="xla", remat="none")
+
+
+def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
+  """chinchax parameters → HF Llama tensors (see the module docstring for the mapping)."""
+  D, H, K = cfg.d_model, cfg.n_heads, cfg.d_model // cfg.n_heads
+  f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+  out = {"model.embed_tokens.weight": f32(params["embed_VD"])}
+  for i in range(cfg.n_layers):
+    b, pre = params["blocks"][str(i)], f"model.layers.{i}."
+    attn, mlp = b["attn"], b["mlp"]
+    out[pre + "input_layernorm.weight"] = f32(b["attn_norm"]["scale"])
+    for name, w in (("q", attn["wq_DHK"]), ("k", attn["wk_DHK"]), ("v", attn["wv_DHK"])):
+      out[pre + f"self_attn.{name}_proj.weight"] = f32(np.asarray(w).reshape(D, H * K).T)
+    out[pre + "self_attn.o_proj.weight"] = f32(np.asarray(attn["wo_HKD"]).reshape(H * K, D).T)
+    out[pre + "post_attention_layernorm.weight"] = f32(b["mlp_norm"]["scale"])
+    out[pre + "mlp.gate_proj.weight"] = f32(np.asarray(mlp["w_gate_DF"]).T)
+    out[pre + "mlp.up_proj.weight"] = f32(np.asarray(mlp["w_up_DF"]).T)
+    out[pre + "mlp.down_proj.weight"] = f32(np.asarray(mlp["w_down_FD"]).T)
+  out["model.norm.weight"] = f32(params["final_norm"]["scale"])
+  if not cfg.tie_embeddings:
+    out["lm_head.weight"] = f32(np.asarray(params["head_DV"]).T)
+  return out
+
+
+def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
+  """HF ``LlamaConfig`` fields for the model (config.json of the export)."""
+  return {
+      "architectures": ["LlamaForCausalLM"],
+      "model_type": "llama",
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.d_model,
+      "intermediate_size": cfg.d_ff,
+      "num_hidden_layers": cfg.n_layers,
+      "num_attention_heads": cfg.n_heads,
+      "num_key_value_heads": cfg.n_heads,
+      "head_dim": cfg.d_model // cfg.n_heads,
+      "hidden_act": "silu",
+      "max_position_embeddings": run["config"]["train"]["seq_len"],
+      "rms_norm_eps": cfg.norm_eps,
+      "rope_theta": cfg.rope_theta,
+      "rope_scaling": None,
+      "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+      "attention_bias": False,
+      "attention_dropout": 0.0,
+      "mlp_bias": False,
+      "pretraining_tp": 1,
+      "tie_word_embeddings": cfg.tie_embeddings,
+      "initializer_range": cfg.init_std,
+      "bos_token_id": eos_id,
+      "eos_token_id": eos_id,
+      "use_cache": True,
+      "torch_dtype": dtype,
+  }
+
+
+def numpy_forward(tensors: dict[str, np.ndarray], config: dict,
+                  tokens_BT: np.ndarray) -> np.ndarray:
+  """Float64 numpy forward pass of an HF Llama checkpoint (HF names and conventions).
+
+  Args:
+    tensors: HF tensor name → array, as in ``model.safetensors``.
+    config: the export's config.json.
+    tokens_BT: int [B, T] token ids.
+  Returns:
+    float64 logits [B, T, V].
+  """
+  w = {k: np.asarray(v, dtype=np.float64) for k, v in tensors.items()}
+  H, K = config["num_attention_heads"], config["head_dim"]
+  eps, theta = config["rms_norm_eps"], config["rope_theta"]
+  B, T = tokens_BT.shape
+
+  def rms_norm(x, weight):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+  def rotate_half(x):
+    x1, x2 = x[..., : K // 2], x[..., K // 2:]
+    return np.concatenate([-x2, x1], axis=-1)
+
+  inv_freq = 1.0 / theta ** (np.arange(0, K, 2, dtype=np.float64) / K)
+  freqs = np.arange(T, dtype=np.float64)[:, None] * inv_freq[None, :]
+  emb = np.concatenate([freqs, freqs], axis=-1)             # [T, K]
+  cos, sin = np.cos(emb)[None, None], np.sin(emb)[None, None]  # [1, 1, T, K]
+  mask = np.triu(np.full((T, T), -np.inf), k=1)
+
+  x = w["model.embed_tokens.weight"][tokens_BT]             # [B, T, D]
+  for i in range(config["num_hidden_layers"]):
+    p = f"model.layers.{i}."
+    h = rms_norm(x, w[p + "input_layernorm.weight"])
+    heads = lambda y: y.reshape(B, T, H, K).transpose(0, 2, 1, 3)  # [B, H, T, K]
+    q = heads(h @ w[p + "self_attn.q_proj.weight"].T)
+    k = heads(h @ w[p + "self_attn.k_proj.weight"].T)
+    v = heads(h @ w[p + "self_attn.v_proj.weight"].T)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(K) + mask
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    att = (probs @ v).transpose(0, 2, 1, 3).reshape(B, T, H * K)
+    x = x + att @ w[p + "self_attn.o_proj.weight"].T
+    h = rms_norm(x, w[p + "post_attention_layernorm.weight"])
+    gate = h @ w[p + "mlp.gate_proj.weight"].T
+    up = h @ w[p + "mlp.up_proj.weight"].T
+    x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+  x = rms_norm(x, w["model.norm.weight"])
+  head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+  return x @ head.T
+
+
+def chinchax_logits(params: dict, cfg, tokens_BT: np.ndarray) -> np.ndarray:
+  """float32 logits [B, T, V] of the chinchax model itself with ``params`` (JAX, default device)."""
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from chinchax import model as model_lib
+
+  abstract = nnx.eval_shape(lambda: model_lib.Transformer(cfg, nnx.Rngs(params=0)))
+  graphdef, state = nnx.split(abstract, nnx.Param)
+  nnx.replace_by_pure_dict(state, params)
+  model = nnx.merge(graphdef, state)
+  return np.asarray(model(jnp.asarray(tokens_BT, jnp.int32)))
+
+
+def _run_tokenizer(workdir: pathlib.Path, run: dict, tokenizer_path: str):
+  """The run's tokenizer: (tokenizer.json path or None, HFTokenizer or None, EOS id or None, info).
+
+  ``tokenizer_path`` if given; else nothing for bytes; else the store's copy
+  (the store named in summary.json) or data.tokenizer_path.
+  """
+  data = run["config"]["data"]
+  if tokenizer_path:
+    path = pathlib.Path(os.path.expanduser(tokenizer_path))
+  elif data["tokenizer"] == "bytes":
+    return None, None, 256, {"kind": "bytes", "ids": "0-255 = UTF-8 bytes, 256 = EOS"}
+  else:
+    store = None
+    summary = workdir / "summary.json"
+    if summary.is_file():
+      store = json.loads(summary.read_text()).get("store")
+    path = pathlib.Path(store) / "tokenizer.json" if store else None
+    if path is None or not path.is_file():
+      if data["tokenizer"] == "hf" and data.get("tokenizer_path"):
+        path = pathlib.Path(os.path.expanduser(data["tokenizer_path"]))
+      else:
+        return None, None, None, {"kind": data["tokenizer"], "note": "tokenizer.json not "
+                                  "found; pass --tokenizer PATH to include it"}
+  from chinchax.data import tokenizers as tokenizers_lib
+  tok = tokenizers_lib.HFTokenizer.from_file(str(path), data.get("eos_token", "") or "")
+  return path, tok, tok.eos_id, tok.describe()
+
+
+def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = None,
+           dtype: str = "float32", tokenizer_path: str = "", overwrite: bool = False,
+           verify: bool = False) -> pathlib.Path:
+  """Exports a run's checkpoint as an HF Llama directory; returns its path.
+
+  Args:
+    workdir: the run directory.
+    out: output directory (default ``WORKDIR/export``).
+    fmt: "safetensors".
+    step: checkpoint step (default: latest).
+    dtype: tensor dtype written, "float32" or "bfloat16".
+    tokenizer_path: a tokenizer.json to include instead of the run's own.
+    overwrite: replace an existing ``out``.
+    verify: compare a float64 numpy forward pass of the exported tensors with
+      chinchax's logits on a fixed batch and print the largest difference.
+  Raises:
+    ExportError: unknown format or dtype, not a run, no checkpoint, ``out``
+      exists, or a tokenizer with more ids than the model's vocab_size.
+    TokenizerError: the tokenizer file is missing or corrupt.
+  """
+  if fmt not in FORMATS:
+    raise ExportError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+  if dtype not in DTYPES:
+    raise ExportError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+  try:
+    import safetensors.numpy as st
+  except ImportError:
+    raise ExportError("export needs safetensors: pip install 'chinchax[export]'") from None
+  workdir = pathlib.Path(os.path.expanduser(str(workdir))).resolve()
+  run = load_run(workdir)
+  out = pathlib.Path(os.path.expanduser(str(out))) if out else workdir / "export"
+  if out.exists() and any(out.iterdir()) and not overwrite:
+    raise ExportError(f"output directory {str(out)!r} exists and is not empty; "
+                      f"pass --overwrite or choose --out")
+  cfg = model_config(run)
+  tok_file, tok, eos_id, tok_info = _run_tokenizer(workdir, run, tokenizer_path)
+  if tok is not None and tok.vocab_size > cfg.vocab_size:
+    raise ExportError(
+        f"tokenizer {str(tok_file)!r} has {tok.vocab_size} ids but the checkpoint's model has "
+        f"vocab_size={cfg.vocab_size}; it was trained with another tokenizer")
+  params, step = load_params(workdir, step)
+  if params["embed_VD"].shape != (cfg.vocab_size, cfg.d_model):
+    raise ExportError(f"checkpoint embedding is {params['embed_VD'].shape}, but config.json "
+                      f"says vocab_size={cfg.vocab_size}, d_model={cfg.d_model}")
+  tensors = to_llama(params, cfg)
+  if dtype == "bfloat16":
+    import ml_dtypes
+    tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
+  hf_config = llama_config(cfg, run, eos_id, dtype)
+
+  tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+  shutil.rmtree(tmp, ignore_errors=True)
+  tmp.mkdir(parents=True)
+  try:
+    st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": eos_id, "eos_token_id": eos_id}, indent=2))
+    if tok_file is not None:
+      shutil.copyfile(tok_file, tmp / "tokenizer.json")
+      (tmp / "tokenizer_config.json").write_text(json.dumps({
+          "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": tok.eos_token,
+          "bos_token": tok.eos_token, "model_max_length": hf_config["max_position_embeddings"]},
+          indent=2))
+    info = {"workdir": str(workdir), "step": step, "format": fmt, "dtype": dtype,
+            "tokenizer": tok_info, "architecture": "LlamaForCausalLM",
+            "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
+    (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
+    if out.exists():  # empty, or --overwrite
+      shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  if verify:
+    tokens = (np.arange(2 * 16).reshape(2, 16) * 7919) % cfg.vocab_size
+    ref = chinchax_logits(params, cfg, tokens)
+    got = numpy_forward(st.load_file(str(out / "model.safetensors")), hf_config, tokens)
+    print(f"verify: max |numpy(export) - chinchax| logit difference = "
+          f"{float(np.abs(got - ref).max()):.3g} over {tokens.size} positions")
+  return out
+
+
+def main(argv: list[str]) -> int:
+  """``chinchax export`` command line; returns the exit status (2 on bad input)."""
+  parser = argparse.ArgumentParser(prog="chinchax export",
+                                   description="Export a trained run as HF Llama safetensors.")
+  parser.add_argument("workdir", help="run directory (holds config.json and checkpoints/)")
+  parser.add_argument("--format", default="safetensors", help="output format: safetensors")
+  parser.add_argument("--out", default="", help="output directory (default WORKDIR/export)")
+  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+  parser.add_argument("--dtype", default="float32", help="float32 | bfloat16")
+  parser.add_argument("--tokenizer", default="", help="tokenizer.json to include")
+  parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+  parser.add_argument("--verify", action="store_true",
+                      help="check a numpy forward of the export against chinchax's logits")
+  args = parser.parse_args(argv)
+  from chinchax.data.sources import DataError
+  try:
+    out = export(args.workdir, args.out or None, fmt=args.format, step=args.step,
+                 dtype=args.dtype, tokenizer_path=args.tokenizer, overwrite=args.overwrite,
+                 verify=args.verify)
+  except (ExportError, DataError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"exported {args.workdir} → {out} (HF LlamaForCausalLM, {args.dtype})")
+  return 0

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Runs `chinchax train` on every worker of a Cloud TPU VM slice: one process per host, started
+# together over `gcloud compute tpus tpu-vm ssh --worker=all`.
+#
+#   launch/tpu_pod.sh --name NAME --zone ZONE [--project PROJECT] [--accelerator-type TYPE]
+#                     [--create | --queued] [--spot] [--version VERSION] [--sync] [--setup]
+#                     [--dir DIR] [--dry-run] [--] [chinchax train flags...]
+#
+#   --name NAME              TPU VM (and queued resource) name
+#   --zone ZONE              zone, e.g. us-east5-a
+#   --project PROJECT        GCP project (default: gcloud's configured project)
+#   --accelerator-type TYPE  slice type for --create / --queued, e.g. v5p-32, v4-64, v6e-16
+#   --version VERSION        TPU software version for --create / --queued
+#                            (default: tpu-ubuntu2204-base)
+#   --create                 create the TPU VM first (tpu-vm create)
+#   --queued                 create it through a queued resource and wait until it is ACTIVE
+#   --spot                   spot (preemptible) capacity, with --create / --queued
+#   --sync                   copy this checkout (without .git, .venv, runs/) to DIR on every worker
+#   --setup                  make DIR/.venv and pip install -e "DIR[tpu]" on every worker
+#   --dir DIR                code directory on the workers (default: chinchax, under $HOME)
+#   --dry-run                print the gcloud commands instead of running them
+#
+# Every worker runs `chinchax train --config.distributed.mode=tpu FLAGS`; JAX reads the slice's
+# worker list and starts the coordinator on worker 0. Give --config.workdir a directory every
+# worker can write (Filestore / NFS, or a gcsfuse mount): orbax checkpoints are written by all
+# hosts. On preemption or maintenance (SIGTERM) every worker checkpoints at the same step and
+# exits with status 75; run the same command again (after re-creating a spot VM) to resume.
+#
+# Example:
+#   launch/tpu_pod.sh --name my-v5p --zone us-east5-a --accelerator-type v5p-32 --create \
+#     --sync --setup -- --config=configs/train.py:125m --config.workdir=/mnt/shared/runs/125m
+set -euo pipefail
+
+usage() { awk 'NR == 1 || /^#SBATCH/ {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; }
+
+name="" zone="" project="" accel="" version="tpu-ubuntu2204-base" dir="chinchax"
+create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --name) name="$2"; shift 2 ;;
+    --zone) zone="$2"; shift 2 ;;
+    --project) project="$2"; shift 2 ;;
+    --accelerator-type) accel="$2"; shift 2 ;;
+    --version) version="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --create) create=1; shift ;;
+    --queued) queued=1; shift ;;
+    --spot) spot=1; shift ;;
+    --sync) sync=1; shift ;;
+    --setup) setup=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
+if [[ -z "$name" || -z "$zone" ]]; then
+  echo "error: --name and --zone are required (see --help)" >&2
+  exit 2
+fi
+if [[ $((create + queued)) -gt 0 && -z "$accel" ]]; then
+  echo "error: --create / --queued need --accelerator-type, e.g. v5p-32" >&2
+  exit 2
+fi
+
+where=(--zone="$zone")
+if [[ -n "$project" ]]; then where+=(--project="$project"); fi
+
+run() {
+  if ((dry_run)); then
+    printf '+'; printf ' %q' "$@"; printf '\n'
+  else
+    "$@"
+  fi
+}
+on_all_workers() {
+  run gcloud compute tpus tpu-vm ssh "$name" "${where[@]}" --worker=all --command="$1"
+}
+
+if ((create)); then
+  extra=()
+  if ((spot)); then extra+=(--spot); fi
+  run gcloud compute tpus tpu-vm create "$name" "${where[@]}" \
+    --accelerator-type="$accel" --version="$version" "${extra[@]}"
+elif ((queued)); then
+  extra=()
+  if ((spot)); then extra+=(--spot); fi
+  run gcloud compute tpus queued-resources create "$name" "${where[@]}" --node-id="$name" \
+    --accelerator-type="$accel" --runtime-version="$version" "${extra[@]}"
+  if ((!dry_run)); then
+    until [[ "$(gcloud compute tpus queued-resources describe "$name" "${where[@]}" \
+                --format='value(state.state)')" == "ACTIVE" ]]; do
+      echo "waiting for queued resource $name to become ACTIVE..." >&2
+      sleep 30
+    done
+  fi
+fi
+
+if ((sync)); then
+  repo="$(cd "$(dirname "$0")/.." && pwd)"
+  archive="${TMPDIR:-/tmp}/chinchax-$$.tar.gz"
+  run tar -C "$repo" --exclude=.git --exclude=.venv --exclude=runs --exclude='*.egg-info' \
+    -czf "$archive" .
+  run gcloud compute tpus tpu-vm scp "$archive" "$name:chinchax.tar.gz" "${where[@]}" --worker=all
+  on_all_workers "mkdir -p $dir && tar -xzf chinchax.tar.gz -C $dir && rm chinchax.tar.gz"
+fi
+
+if ((setup)); then
+  on_all_workers "cd $dir && python3 -m venv .venv && .venv/bin/pip install -q -e '.[tpu]'"
+fi
+
+flags=""
+if [[ $# -gt 0 ]]; then flags="$(printf ' %q' "$@")"; fi
+on_all_workers "cd $dir && .venv/bin/chinchax train${flags} --config.distributed.mode=tpu"

@@ -1,0 +1,111 @@
+"""chinchax export: HF Llama safetensors whose numpy forward pass reproduces chinchax's logits."""
+
+import json
+
+import numpy as np
+import pytest
+
+st = pytest.importorskip("safetensors.numpy")
+
+from chinchax import cli  # noqa: E402
+from chinchax import export  # noqa: E402
+from chinchax import model as model_lib  # noqa: E402
+
+
+def _tokens(vocab, B=2, T=24, seed=0):
+  return np.random.default_rng(seed).integers(0, vocab, size=(B, T))
+
+
+def test_export_round_trip_of_a_trained_run(bpe_run, tmp_path, capsys):
+  """Acceptance 6: numpy forward on the exported tensors matches chinchax within 1e-4."""
+  c, _ = bpe_run
+  out = tmp_path / "hf"
+  assert cli.main(["export", c.workdir, "--format", "safetensors", "--out", str(out)]) == 0
+  assert "LlamaForCausalLM" in capsys.readouterr().out
+  assert {p.name for p in out.iterdir()} == {
+      "model.safetensors", "config.json", "generation_config.json", "export_info.json",
+      "tokenizer.json", "tokenizer_config.json"}
+  hf = json.loads((out / "config.json").read_text())
+  assert hf["architectures"] == ["LlamaForCausalLM"] and hf["model_type"] == "llama"
+  assert (hf["vocab_size"], hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
+          hf["num_key_value_heads"], hf["intermediate_size"], hf["head_dim"]) == (512, 32, 2, 2, 2, 64, 16)
+  assert hf["tie_word_embeddings"] is False and hf["eos_token_id"] == 0
+  assert hf["rms_norm_eps"] == c.model.norm_eps and hf["rope_theta"] == c.model.rope_theta
+  tensors = st.load_file(str(out / "model.safetensors"))
+  names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"} | {
+      f"model.layers.{i}.{n}.weight" for i in range(2) for n in (
+          "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+          "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+  assert set(tensors) == names
+  assert tensors["model.layers.0.self_attn.q_proj.weight"].shape == (32, 32)
+  assert tensors["model.layers.1.mlp.down_proj.weight"].shape == (32, 64)
+  assert tensors["lm_head.weight"].shape == (512, 32)
+  params, step = export.load_params(c.workdir)
+  assert step == 10
+  tokens = _tokens(512)
+  ref = export.chinchax_logits(params, export.model_config(export.load_run(c.workdir)), tokens)
+  got = export.numpy_forward(tensors, hf, tokens)
+  assert np.abs(got - ref).max() < 1e-4
+  tok = json.loads((out / "tokenizer_config.json").read_text())
+  assert tok["eos_token"] == "<|endoftext|>"
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_mapping_with_large_random_weights(tied):
+  """Weights large enough that attention is far from uniform: a wrong q/k layout would show."""
+  cfg = model_lib.ModelConfig(vocab_size=97, d_model=48, n_layers=2, n_heads=3, d_ff=80,
+                              tie_embeddings=tied, rope_theta=500.0, norm_eps=1e-5)
+  rng = np.random.default_rng(1)
+  D, H, K, F, V = 48, 3, 16, 80, 97
+  r = lambda *s: rng.normal(0, 0.35, size=s).astype(np.float32)
+  block = lambda: {"attn_norm": {"scale": 1 + r(D)}, "mlp_norm": {"scale": 1 + r(D)},
+                   "attn": {"wq_DHK": r(D, H, K), "wk_DHK": r(D, H, K), "wv_DHK": r(D, H, K),
+                            "wo_HKD": r(H, K, D)},
+                   "mlp": {"w_gate_DF": r(D, F), "w_up_DF": r(D, F), "w_down_FD": r(F, D)}}
+  params = {"embed_VD": r(V, D), "blocks": {"0": block(), "1": block()},
+            "final_norm": {"scale": 1 + r(D)}}
+  if not tied:
+    params["head_DV"] = r(D, V)
+  run = {"config": {"train": {"seq_len": 32}}}
+  hf = export.llama_config(cfg, run, eos_id=0, dtype="float32")
+  tensors = export.to_llama(params, cfg)
+  assert ("lm_head.weight" in tensors) is not tied
+  tokens = _tokens(V, T=32, seed=2)
+  ref = export.chinchax_logits(params, cfg, tokens)
+  got = export.numpy_forward(tensors, hf, tokens)
+  assert ref.std() > 1.0 and np.abs(got - ref).max() < 1e-4
+  # Interleaved-pair RoPE (the layout HF's Meta conversion permutes for) would not match.
+  perm = np.concatenate([np.arange(0, K, 2), np.arange(1, K, 2)])
+  wrong = dict(tensors)
+  for i in range(2):
+    for n in ("q_proj", "k_proj"):
+      w = tensors[f"model.layers.{i}.self_attn.{n}.weight"].reshape(H, K, D)
+      wrong[f"model.layers.{i}.self_attn.{n}.weight"] = w[:, perm].reshape(H * K, D)
+  assert np.abs(export.numpy_forward(wrong, hf, tokens) - ref).max() > 1e-2
+
+
+def test_export_options_and_errors(bpe_run, tmp_path, capsys):
+  c, _ = bpe_run
+  out = tmp_path / "bf16"
+  path = export.export(c.workdir, out, dtype="bfloat16")
+  t = st.load_file(str(path / "model.safetensors"))
+  assert str(t["model.embed_tokens.weight"].dtype) == "bfloat16"
+  assert json.loads((path / "export_info.json").read_text())["step"] == 10
+  for argv, needle in [
+      ([str(tmp_path / "nowhere")], "is not a chinchax run"),
+      ([c.workdir, "--out", str(out)], "exists and is not empty"),
+      ([c.workdir, "--format", "gguf", "--out", str(tmp_path / "x")], "--format 'gguf'"),
+      ([c.workdir, "--step", "7", "--out", str(tmp_path / "x")], "no checkpoint at step 7"),
+      ([c.workdir, "--tokenizer", str(tmp_path / "none.json"), "--out", str(tmp_path / "x")],
+       "does not exist")]:
+    assert cli.main(["export", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and needle in err, (argv, err)
+  assert not (tmp_path / "x").exists()
+  # A tokenizer with more ids than the checkpoint's embedding rows is refused.
+  tk = pytest.importorskip("tokenizers")
+  vocab = {f"w{i}": i for i in range(599)} | {"<|endoftext|>": 599}
+  tk.Tokenizer(tk.models.WordLevel(vocab, unk_token="w0")).save(str(tmp_path / "big.json"))
+  with pytest.raises(export.ExportError, match="has 600 ids but the checkpoint's model has vocab_size=512"):
+    export.export(c.workdir, tmp_path / "y", tokenizer_path=str(tmp_path / "big.json"))
+  assert not (tmp_path / "y").exists()

@@ -1,0 +1,145 @@
+"""Ladder: grid and shape rule, one row per run, failed runs recorded, resume after a kill."""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chinchax import budget
+from chinchax import config as config_lib
+from chinchax import ladder
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _ladder_config(tmp_path, small_corpus, store_root):
+  c = config_lib.get_ladder_variant("tiny")
+  c.workdir = str(tmp_path / "ladder")
+  c.ladder.update(c_min=2e8, c_max=8e8, n_budgets=3, sizes_per_budget=3, spread=3.0, bootstrap=5)
+  d = c.train_config.data
+  d.update(source="files", paths=str(small_corpus / "*.txt"), store_root=str(store_root),
+           val_fraction=0.1)
+  c.train_config.train.peak_flops_per_device = 1e9  # skip the CPU calibration
+  return c
+
+
+def test_shape_rule_is_close_and_documented_bounds():
+  for n in (3e3, 2e4, 1e5, 1e6):
+    s = ladder.ladder_shape(n, vocab_size=257, seq_len=128)
+    N = budget.param_counts(s).total
+    assert abs(math.log(N / n)) < math.log(1.6), (n, N)
+    assert 8 <= s.d_model / s.n_layers <= 32 or s.n_layers == 1
+    assert s.d_model % s.n_heads == 0 and s.d_model // s.n_heads == 8
+
+
+def test_grid_centres_the_optimum(tmp_path, small_corpus, store_root):
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.update(c_min=1e12, c_max=1e14, n_budgets=3, sizes_per_budget=5, spread=3.0)
+  runs = ladder.plan_runs(c.ladder, 257, 128)
+  budgets = sorted({r.C_budget for r in runs})
+  assert len(budgets) == 3 and budgets[1] == pytest.approx(1e13)
+  for C in budgets:
+    Ns = sorted(r.counts.total for r in runs if r.C_budget == C)
+    n_opt = math.sqrt(C / 120)
+    assert len(Ns) == 5 and Ns[0] < n_opt < Ns[-1]
+    for r in runs:
+      assert r.D == pytest.approx(r.C_budget / (6 * r.counts.total))
+
+
+def test_bad_ladder_configs(tmp_path, small_corpus, store_root):
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.c_max = 1e7
+  with pytest.raises(config_lib.ConfigError, match="c_max=1e\\+07 is below ladder.c_min"):
+    ladder.run_ladder(c, fit=False)
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.sizes_per_budget = 2
+  with pytest.raises(config_lib.ConfigError, match="sizes_per_budget=2"):
+    ladder.run_ladder(c, fit=False)
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.update(c_min=1e3, c_max=1e4, min_steps=5)
+  with pytest.raises(config_lib.ConfigError, match="steps of 256 tokens"):
+    ladder.run_ladder(c, fit=False)
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.update(c_min=1e13, c_max=1e13, n_budgets=1)
+  with pytest.raises(config_lib.ConfigError, match="epochs of the"):
+    ladder.run_ladder(c, fit=False)
+  assert not (tmp_path / "ladder" / "results.jsonl").exists()
+
+
+def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store_root, monkeypatch):
+  from chinchax import train as train_lib
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  runs = ladder.plan_runs(c.ladder, 257, c.train_config.train.seq_len)
+  bad = runs[1].run_id
+  calls = []
+
+  def fake_train(cfg, devices=None, verbose=True):
+    calls.append(cfg.workdir)
+    if cfg.workdir.endswith(bad):
+      raise FloatingPointError("loss is NaN")
+    return {"tokens": 1000, "steps": 4, "final_train_loss": 3.0, "final_eval_loss": 3.1,
+            "final_eval_bits_per_byte": 4.5, "tokens_per_s": 1.0, "mfu": 0.0}
+
+  monkeypatch.setattr(train_lib, "train", fake_train)
+  path = ladder.run_ladder(c, fit=False)
+  rows = [json.loads(l) for l in path.read_text().splitlines()]
+  assert len(calls) == len(runs) == len(rows)
+  by_id = {r["run_id"]: r for r in rows}
+  assert by_id[bad]["status"] == "failed" and "loss is NaN" in by_id[bad]["error"]
+  assert sum(r["status"] == "done" for r in rows) == len(runs) - 1
+  # A rerun retries only the failed run and keeps one row per run.
+  calls.clear()
+  ladder.run_ladder(c, fit=False)
+  assert [pathlib.Path(w).name for w in calls] == [bad]
+  assert len(path.read_text().splitlines()) == len(runs)
+
+
+def _ladder_cli(c, log):
+  args = [f"--config={REPO}/configs/ladder.py:tiny", f"--config.workdir={c.workdir}"]
+  for k in ("c_min", "c_max", "n_budgets", "sizes_per_budget", "spread", "bootstrap", "fit"):
+    args.append(f"--config.ladder.{k}={c.ladder[k]}")
+  d = c.train_config.data
+  args += [f"--config.train_config.data.source=files", f"--config.train_config.data.paths={d.paths}",
+           f"--config.train_config.data.store_root={d.store_root}",
+           f"--config.train_config.data.val_fraction={d.val_fraction}",
+           "--config.train_config.train.peak_flops_per_device=1e9"]
+  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  return subprocess.Popen([sys.executable, "-m", "chinchax.cli", "ladder", *args], env=env,
+                          stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_kill_and_rerun_finishes_remaining_runs_only(tmp_path, small_corpus, store_root):
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.update(c_min=3e8, c_max=6e8, fit=False)  # fitting is tested in test_analysis_*
+  n_runs = len(ladder.plan_runs(c.ladder, 257, c.train_config.train.seq_len))
+  results = pathlib.Path(c.workdir) / "results.jsonl"
+  with open(tmp_path / "first.log", "wb") as log:
+    proc = _ladder_cli(c, log)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+      if results.exists() and len(results.read_text().splitlines()) >= 2:
+        break
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+  before = {json.loads(l)["run_id"]: json.loads(l) for l in results.read_text().splitlines()}
+  assert 2 <= len(before) < n_runs, (tmp_path / "first.log").read_text()[-2000:]
+  with open(tmp_path / "second.log", "wb") as log:
+    proc = _ladder_cli(c, log)
+    assert proc.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()[-3000:]
+  out = (tmp_path / "second.log").read_text()
+  assert f"{len(before)} already done" in out
+  rows = [json.loads(l) for l in results.read_text().splitlines()]
+  assert len(rows) == n_runs == len({r["run_id"] for r in rows})
+  assert all(r["status"] == "done" for r in rows)
+  for r in rows:  # finished runs were not run again
+    if r["run_id"] in before:
+      assert r == before[r["run_id"]]
+    assert r["eval_curve"] and r["eval_curve"][-1][1] == pytest.approx(r["final_eval_loss"])
+  assert not (pathlib.Path(c.workdir) / "fit").exists()
