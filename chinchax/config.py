@@ -228,7 +228,7 @@ def base_bench_config() -> ml_collections.ConfigDict:
   c.workdir = "runs/bench"        # results.jsonl/.csv, summary.md, bench.json, step_time.json, plots
   c.bench = b = ml_collections.ConfigDict()
   b.warmup_steps = 2              # untimed steps after the compiling one
-  b.timed_steps = 5               # steps timed one by one, the devices synchronised after each
+  b.timed_steps = 5               # steps timed completion to completion, the next one queued (as in train)
   b.isolate = True                # each point in its own process: true peak memory; crashes recorded
   b.point_timeout_s = 900         # with isolate: a point running longer is recorded as timed out
   b.hardware = ""                 # accelerator-table spec for peak FLOP/s and $/hour, e.g. h200 ("" = device kind)
@@ -272,13 +272,13 @@ def get_bench_variant(name: str) -> ml_collections.ConfigDict:
     c.workdir = "runs/bench-h200"
     c.bench.update(warmup_steps=3, timed_steps=10, fit_sweep="", point_timeout_s=240)
     c.models = m = ml_collections.ConfigDict()
-    m["125m"] = bench_model(768, 12, 12, 2048)    # 110M parameters with a 32768 vocab
-    m["350m"] = bench_model(1024, 24, 16, 2816)   # 342M parameters with a 32768 vocab
+    m.m125 = bench_model(768, 12, 12, 2048)    # 110M parameters with a 32768 vocab
+    m.m350 = bench_model(1024, 24, 16, 2816)   # 342M parameters with a 32768 vocab
     c.sweeps = s = ml_collections.ConfigDict()
     # Sweeps run in name order: "big" first, cuDNN before XLA, so a stopped run keeps those.
-    s.big = bench_sweep("350m", global_batch_size="16,8", seq_len="1024",
+    s.big = bench_sweep("m350", global_batch_size="16,8", seq_len="1024",
                         attention="cudnn,xla", compute_dtype="bfloat16")
-    s.small = bench_sweep("125m", global_batch_size="32,16", seq_len="1024",
+    s.small = bench_sweep("m125", global_batch_size="32,16", seq_len="1024",
                           attention="cudnn,xla", compute_dtype="bfloat16")
     c.train_config.model.vocab_size = 32768
     c.train_config.mesh.num_cpu_devices = 0

@@ -46,7 +46,7 @@ def test_grid_centres_the_optimum(tmp_path, small_corpus, store_root):
   assert len(budgets) == 3 and budgets[1] == pytest.approx(1e13)
   for C in budgets:
     Ns = sorted(r.counts.total for r in runs if r.C_budget == C)
-    n_opt = math.sqrt(C / 120)
+    n_opt = math.sqrt(C / (6 * c.ladder.tokens_per_param))
     assert len(Ns) == 5 and Ns[0] < n_opt < Ns[-1]
     for r in runs:
       assert r.D == pytest.approx(r.C_budget / (6 * r.counts.total))
