@@ -13,7 +13,7 @@ Flax, no optax, no mesh.
 Run (one CPU device, alternating chinchax / bare blocks in one process)::
 
   python benchmarks/bare_jax.py [--d_model 128 --n_layers 6 --global_batch_size 16 ...]
-      [--rounds 6 --steps 4] [--out DIR]
+      [--rounds 12 --steps 2] [--out DIR]
 
 It prints the per-step medians of both and their ratio (chinchax / bare;
 issue 5 asks for ≤ 1.10) and writes ``bare_jax.json`` to ``--out``.
@@ -97,7 +97,7 @@ def init_params(cfg: BareConfig, seed: int = 0) -> dict:
 
 
 def params_from_chinchax(pure: dict) -> dict:
-  """Converts ``nnx.State.to_pure_dict()`` of a chinchax Transformer (tied) into this layout."""
+  """Converts ``nnx.to_pure_dict`` of a chinchax Transformer's params (tied) into this layout."""
   blocks = []
   for i in range(len(pure["blocks"])):
     b = pure["blocks"][i]
@@ -218,8 +218,18 @@ def make_train_step(cfg: BareConfig):
 
 
 def chinchax_config(cfg: BareConfig):
-  """The chinchax config of the same model and optimizer (one device, mesh 1×1×1)."""
+  """The chinchax config of the same model and optimizer (one device, mesh 1×1×1).
+
+  chinchax runs ``decay_steps + 1`` steps (its cosine ends on the last one) and
+  caps warm-up at a tenth of the run.
+
+  Raises:
+    ValueError: ``warmup_steps`` above that cap (the schedules would differ).
+  """
   from chinchax import config as config_lib
+  if cfg.warmup_steps > (cfg.decay_steps + 1) // 10:
+    raise ValueError(f"warmup_steps={cfg.warmup_steps} exceeds chinchax's cap of a tenth of "
+                     f"the {cfg.decay_steps + 1} steps; raise decay_steps")
   c = config_lib.base_config()
   c.model.update(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                  n_heads=cfg.n_heads, d_ff=cfg.d_ff, compute_dtype=cfg.compute_dtype,
@@ -245,19 +255,21 @@ def _time_block(step, state, batches, device_put) -> tuple:
   return state, times
 
 
-def compare(cfg: BareConfig, rounds: int = 6, steps: int = 4, warmup: int = 2,
+def compare(cfg: BareConfig, rounds: int = 12, steps: int = 2, warmup: int = 2,
             seed: int = 0) -> dict:
   """Times chinchax's train step and the bare one in alternating blocks on one device.
 
   Each round runs ``steps`` synchronised steps of one implementation, then
   ``steps`` of the other (the order swaps every round), on the same host
   batches, each batch copied host → device inside the timed step as
-  ``chinchax train`` does.
+  ``chinchax train`` does. On a shared, loaded host the per-round ratio is
+  the steadier figure: both halves of a round see nearly the same load.
 
   Returns:
     {"chinchax": {...}, "bare": {...}, "ratio": chinchax median / bare median,
     "round_ratios": per-round ratios, ...}; seconds per step.
   """
+  from flax import nnx
   from chinchax import sharding as sharding_lib
   from chinchax import train as train_lib
   device = jax.devices()[0]
@@ -270,14 +282,24 @@ def compare(cfg: BareConfig, rounds: int = 6, steps: int = 4, warmup: int = 2,
   batch_sh = sharding_lib.batch_sharding(mesh)
   cx_put = lambda b: train_lib.global_batch(batch_sh, b, cfg.global_batch_size)
 
-  bare_state = init_state(params_from_chinchax(jax.device_get(cx_state["params"]).to_pure_dict()))
-  bare_state = jax.device_put(bare_state, device)
+  pure = nnx.to_pure_dict(jax.device_get(cx_state["params"]))
+  bare_state = jax.device_put(init_state(params_from_chinchax(pure)), device)
   bare_step = jax.jit(make_train_step(cfg), donate_argnums=0)
   bare_put = lambda b: jax.device_put(b, device)
 
   rng = np.random.default_rng(seed)
   batches = [rng.integers(0, cfg.vocab_size, (cfg.global_batch_size, cfg.seq_len + 1),
                           dtype=np.int32) for _ in range(steps)]
+  programs = {}
+  for name, step, state, put in (("chinchax", cx_step, cx_state, cx_put),
+                                 ("bare", bare_step, bare_state, bare_put)):
+    compiled = step.lower(state, put(batches[0])).compile()  # the calls below reuse it
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    entry = compiled.as_text().split("\nENTRY", 1)[-1]
+    programs[name] = {"xla_flops": float(cost["flops"]),
+                      "xla_bytes_accessed": float(cost["bytes accessed"]),
+                      "fusions": entry.count(" fusion("), "dots": entry.count(" dot(")}
   t0 = time.perf_counter()
   cx_state, _ = _time_block(cx_step, cx_state, batches[:1], cx_put)
   cx_compile = time.perf_counter() - t0
@@ -305,7 +327,8 @@ def compare(cfg: BareConfig, rounds: int = 6, steps: int = 4, warmup: int = 2,
 
   out = {"config": dataclasses.asdict(cfg), "params_total": spec.counts.total,
          "device": str(device), "rounds": rounds, "steps_per_round": steps,
-         "chinchax": stats(cx_times, cx_compile), "bare": stats(bare_times, bare_compile)}
+         "chinchax": {**stats(cx_times, cx_compile), **programs["chinchax"]},
+         "bare": {**stats(bare_times, bare_compile), **programs["bare"]}}
   out["ratio"] = out["chinchax"]["median_s"] / out["bare"]["median_s"]
   out["round_ratios"] = round_ratios
   out["median_round_ratio"] = statistics.median(round_ratios)
@@ -318,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
   for f in dataclasses.fields(BareConfig):
     p.add_argument(f"--{f.name}", type=type(getattr(defaults, f.name)),
                    default=getattr(defaults, f.name))
-  p.add_argument("--rounds", type=int, default=6, help="alternating rounds")
-  p.add_argument("--steps", type=int, default=4, help="timed steps per implementation per round")
+  p.add_argument("--rounds", type=int, default=12, help="alternating rounds")
+  p.add_argument("--steps", type=int, default=2, help="timed steps per implementation per round")
   p.add_argument("--out", default="", help="directory for bare_jax.json")
   args = p.parse_args(argv)
   cfg = BareConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(BareConfig)})
@@ -330,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         f"batch={cfg.global_batch_size}x{cfg.seq_len} {cfg.compute_dtype} on {res['device']}")
   for name, s in (("chinchax", cx), ("bare JAX", bare)):
     print(f"{name:9s} median {1e3 * s['median_s']:8.1f} ms/step  p10-p90 "
-          f"{1e3 * s['p10_s']:.1f}-{1e3 * s['p90_s']:.1f} ms  (n={s['n']})")
+          f"{1e3 * s['p10_s']:.1f}-{1e3 * s['p90_s']:.1f} ms  (n={s['n']}); XLA "
+          f"{s['xla_flops']:.4g} FLOPs, {s['xla_bytes_accessed']:.4g} bytes, {s['fusions']} "
+          f"fusions, {s['dots']} dots")
   print(f"ratio   chinchax / bare = {res['ratio']:.3f} (median of per-round ratios "
         f"{res['median_round_ratio']:.3f}; target <= 1.10)")
   if args.out:

@@ -3,6 +3,7 @@
 # model for a few steps with XLA and cuDNN attention at two batch sizes. Writes logs and
 # summaries to $OUT (or ./out). Runs from the repository root with the repo on PYTHONPATH.
 #   benchmarks/device_smoke.sh
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,/^[^#]/p' "$0" | sed '/^[^#]/d; s/^# \{0,1\}//'; exit 0; fi
 set -uo pipefail
 OUT="${OUT:-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

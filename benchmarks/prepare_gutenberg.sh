@@ -10,6 +10,7 @@
 #    that the resumed store's content hash equals the uninterrupted one (recomputed from disk).
 #
 # Environment: VOCAB (default 8192), WORKERS (default 0 = min(8, CPUs)), SHARD_MB (default 4).
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,/^[^#]/p' "$0" | sed '/^[^#]/d; s/^# \{0,1\}//'; exit 0; fi
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)

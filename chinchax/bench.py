@@ -16,9 +16,11 @@ Only the input pipeline is left out: batches are random tokens already on
 the host.
 
 Per point: compile time (lower + compile of the step), the first step, then
-``bench.warmup_steps`` untimed steps and ``bench.timed_steps`` steps timed
-one by one with the devices synchronised after each — the median step time
-and its spread (min, max, p10, p90, standard deviation) —, tokens/s, model
+``bench.warmup_steps`` untimed steps and ``bench.timed_steps`` timed steps in
+the steady state of the training loop — step i+1 is queued before the devices
+are waited on for step i, and each step's time runs from the completion of the
+one before to its own — giving the median step time and its spread (min, max,
+p10, p90, standard deviation) —, tokens/s, model
 FLOPs/s (``budget.matmul_flops_per_token``, the numerator of ``chinchax
 train``'s MFU) and MFU against the device peak, peak device memory
 (``memory_stats()`` where the backend keeps it, else the compiled memory
@@ -265,7 +267,7 @@ def _percentile(xs, q):
 def _is_oom(err: BaseException) -> bool:
   text = f"{type(err).__name__} {err}".lower()
   return any(k in text for k in ("resource_exhausted", "resource exhausted", "out of memory",
-                                 "oom", "failed to allocate", "memoryerror"))
+                                 "failed to allocate", "memoryerror", "allocator"))
 
 
 def _host_memory_bytes() -> float:
@@ -322,8 +324,8 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   Args:
     c: a full training ConfigDict (``point_config``); ``train.peak_flops_per_device``
       > 0 fixes the MFU denominator.
-    warmup_steps: untimed steps after the first (compiling) call.
-    timed_steps: steps timed one at a time, devices synchronised after each.
+    warmup_steps: untimed steps after the first call, each waited for.
+    timed_steps: steps timed from completion to completion, the next one queued.
     memory_limit_gb: see :func:`device_memory_limit`.
     devices: devices of the mesh (default: all).
     seed: seed of the random token batches.
@@ -399,21 +401,31 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   try:
     state = jax.jit(init, out_shardings=shardings)()
 
-    def one_step(i):
+    def dispatch(i):
       nonlocal state
-      t = time.perf_counter()
       state, metrics = step_fn(state, train_lib.global_batch(
           batch_sh, host_batches[i % len(host_batches)], spec.global_batch_size))
-      jax.block_until_ready((state["step"], metrics))
-      return time.perf_counter() - t, metrics
+      return metrics
 
-    row["first_step_s"], metrics = one_step(0)
+    t = time.perf_counter()
+    metrics = jax.block_until_ready(dispatch(0))
+    row["first_step_s"] = time.perf_counter() - t
     row["loss_first"] = float(jax.device_get(metrics["loss"]))
     for i in range(warmup_steps):
-      one_step(i + 1)
-    for i in range(timed_steps):
-      dt, metrics = one_step(i)
-      times.append(dt)
+      jax.block_until_ready(dispatch(i + 1))
+    # Steady state as `chinchax train` runs it: step i+1 is queued before step i is waited
+    # for, and each step's time is the interval between the completions of consecutive
+    # steps (its metrics are ready when its program has finished on every device).
+    pending, t_prev = None, time.perf_counter()
+    for i in range(timed_steps + 1):
+      metrics = dispatch(i) if i < timed_steps else None
+      if pending is not None:
+        jax.block_until_ready(pending)
+        now = time.perf_counter()
+        times.append(now - t_prev)
+        t_prev = now
+      pending, last = metrics, pending
+    metrics = last
     row["loss_last"] = float(jax.device_get(metrics["loss"]))
     peak_mem = _peak_memory(devices)
     del state
@@ -490,10 +502,20 @@ def probe(c, hardware: str = "") -> dict:
 # Child processes (bench.isolate).
 
 
+def _overlay(c: ml_collections.ConfigDict, values: dict) -> ml_collections.ConfigDict:
+  """Sets ``values`` (a nested dict) onto the declared config ``c``; other knobs keep defaults."""
+  for k, v in values.items():
+    if isinstance(v, dict) and k in c and isinstance(c[k], ml_collections.ConfigDict):
+      _overlay(c[k], v)
+    else:
+      c[k] = v
+  return c
+
+
 def _child_main(argv: list[str]) -> int:
   """``python -m chinchax.bench --child IN.json OUT.json``: one probe or one point."""
   job = json.loads(pathlib.Path(argv[0]).read_text())
-  c = ml_collections.ConfigDict(job["config"])
+  c = _overlay(config_lib.base_config(), job["config"])
   from chinchax import cli
   cli.setup_cpu_devices(c.mesh.num_cpu_devices)
   if job["kind"] == "probe":
@@ -526,8 +548,11 @@ def _run_child(job: dict, timeout_s: float, tmp: pathlib.Path, tag: str) -> dict
   if proc.returncode == 0 and outp.exists():
     return json.loads(outp.read_text())
   tail = [l for l in errp.read_text(errors="replace").splitlines() if l.strip()][-6:]
+  why = f"exit status {proc.returncode}"
+  if proc.returncode == -9:
+    why += " (SIGKILL: the kernel's out-of-memory killer?)"
   return {"status": "oom" if _is_oom(RuntimeError("\n".join(tail))) else "crashed",
-          "error": f"exit status {proc.returncode}: " + " | ".join(tail)[-1500:]}
+          "error": f"{why}: " + " | ".join(tail)[-1500:]}
 
 
 # ----------------------------------------------------------------------------
@@ -751,9 +776,20 @@ def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec
   return out
 
 
+_LABEL_PREFIX = {"global_batch_size": "b", "seq_len": "T", "mesh": "mesh ", "remat": "remat "}
+
+
+def _attention_label(r: dict) -> str:
+  """The kernel that ran, with the requested one when the switch fell back (``cudnn→xla``)."""
+  if r["attention"] == r["attention_requested"]:
+    return r["attention"]
+  return f"{r['attention_requested']}→{r['attention']}"
+
+
 def _group_lines(rows, x_key, y_fn, group_keys):
   groups: dict[tuple, list] = {}
   for r in rows:
+    r = {**r, "attention": _attention_label(r)}
     y = y_fn(r)
     if y is None:
       continue
@@ -762,8 +798,9 @@ def _group_lines(rows, x_key, y_fn, group_keys):
 
 
 def _label(key: tuple, keys: tuple, rows: list[dict]) -> str:
-  varying = [k for k in keys if len({r[k] for r in rows}) > 1] or [keys[0]]
-  return " ".join(str(v) for k, v in zip(keys, key) if k in varying)
+  varying = [k for k in keys if len({_attention_label(r) if k == "attention" else r[k]
+                                     for r in rows}) > 1] or [keys[0]]
+  return " ".join(f"{_LABEL_PREFIX.get(k, '')}{v}" for k, v in zip(keys, key) if k in varying)
 
 
 def write_plots(workdir: pathlib.Path, rows: list[dict]) -> list[pathlib.Path]:
@@ -790,6 +827,7 @@ def write_plots(workdir: pathlib.Path, rows: list[dict]) -> list[pathlib.Path]:
   )
   for fname, x_key, y_fn, keys, xlabel, ylabel, title, logx in specs:
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
     for key, pts in sorted(_group_lines(ok, x_key, y_fn, keys).items(), key=lambda kv: str(kv[0])):
       xs, ys = zip(*pts)
       ax.plot(xs, ys, marker="o", label=_label(key, keys, ok))
@@ -826,8 +864,8 @@ def summary_markdown(rows: list[dict], meta: dict) -> str:
       f"MFU numerator: matmul FLOPs with causal-halved attention (budget.matmul_flops_per_token)",
       f"- price: {'unknown' if price is None else f'${price:.2f}/hour'} "
       f"(accelerator table entry: {info['accelerator']})",
-      f"- per point: 1 compiling step, {meta['warmup_steps']} warm-up steps, "
-      f"{meta['timed_steps']} timed steps (devices synchronised after each); "
+      f"- per point: compile, 1 first step, {meta['warmup_steps']} warm-up steps, "
+      f"{meta['timed_steps']} timed steps (completion to completion, the next step queued); "
       f"{'each point in its own process' if meta['isolate'] else 'all points in one process'}",
       f"- {meta['ok']} of {meta['points']} points ok; wall {meta['wall_s']:.0f} s"
       + ("; **interrupted**: later points were not run" if meta.get("interrupted") else ""), "",
@@ -838,8 +876,7 @@ def summary_markdown(rows: list[dict], meta: dict) -> str:
   ]
   for r in rows:
     ok = r["status"] == "ok"
-    attn = r["attention"] if r["attention"] == r["attention_requested"] else (
-        f"{r['attention_requested']}→{r['attention']}")
+    attn = _attention_label(r)
     step = (f"{1e3 * r['step_time_s']:.2f} ({1e3 * r['step_time_p10_s']:.2f}–"
             f"{1e3 * r['step_time_p90_s']:.2f})" if ok else "–")
     lines.append(

@@ -16,6 +16,18 @@ import jax
 import orbax.checkpoint as ocp
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings")
+# Knobs that decide the data order, the schedule or the budget: a resume must keep them, or the
+# run would silently become another run. (Mesh, dtype, attention kernel and remat may change.)
+RESUME_KEYS = (
+    "seed",
+    "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
+    "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
+    "train.decay_embeddings", "train.grad_clip", "train.z_loss",
+    "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
+    "budget.n_kind",
+    "data.source", "data.paths", "data.text_field", "data.tokenizer", "data.val_fraction",
+    "data.allow_repeat",
+)
 
 
 class CheckpointError(ValueError):
@@ -146,6 +158,21 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
       raise CheckpointError(
           f"workdir {workdir} holds a checkpoint of a model with model.{k}={v!r}, but the config "
           f"says model.{k}={now[k]!r}; use another workdir or the saved shape")
+  saved_cfg = payload.get("config", {})
+  changed = []
+  for key in RESUME_KEYS:
+    old_v, new_v, missing = saved_cfg, config, False
+    for part in key.split("."):
+      if not isinstance(old_v, dict) or part not in old_v:
+        missing = True
+        break
+      old_v, new_v = old_v[part], new_v[part]
+    if not missing and old_v != new_v:
+      changed.append(f"{key}={new_v!r} (saved {old_v!r})")
+  if changed:
+    raise CheckpointError(
+        f"workdir {workdir} holds a run started with other settings; resuming would silently "
+        f"change it: {', '.join(changed)}. Use another workdir, or the saved settings")
 
 
 def write_run_config(workdir: pathlib.Path, config, spec) -> None:

@@ -1,4 +1,4 @@
-"""``chinchax <verb>``: train, ladder, plan, fit.
+"""``chinchax <verb>``: train, ladder, plan, fit, prepare, export, bench.
 
   chinchax train  [--config configs/train.py:VARIANT] [--config.model.d_model=128 ...]
   chinchax ladder [--config configs/ladder.py:VARIANT] [--config.ladder.c_max=3e12 ...]
@@ -25,7 +25,7 @@ _REPO_CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "tra
 
 
 def _usage() -> str:
-  return __doc__.split("\n\n")[0] + "\n\nverbs: " + ", ".join(VERBS)
+  return __doc__.strip()
 
 
 def setup_cpu_devices(n: int) -> None:
@@ -48,23 +48,53 @@ def setup_compilation_cache(path: str) -> None:
 
 
 def _parse_config(argv: list[str], default: pathlib.Path, prog: str):
-  """Parses ``--config FILE[:VARIANT]`` plus dotted overrides; returns the config or None."""
+  """Parses ``--config FILE[:VARIANT]`` plus dotted overrides; returns the config or None.
+
+  ``-h``/``--help`` prints usage and the file's variants; any parsing problem
+  (unknown key, wrong type, missing file, unknown variant, stray argument)
+  prints one ``error:`` line and returns None.
+  """
   from absl import flags
   from ml_collections import config_flags
 
+  if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv):
+    doc = ""
+    if default.exists():
+      import ast
+      doc = ast.get_docstring(ast.parse(default.read_text())) or ""
+    print(f"usage: chinchax {prog.split('-', 1)[1]} [--config {default.relative_to(default.parent.parent)}"
+          f":VARIANT] [--config.SECTION.KNOB=VALUE ...]\n\n{doc}\n\nEvery knob, its default and "
+          f"a one-line comment: chinchax/config.py.")
+    return None
+  for i, a in enumerate(argv):  # a missing config file: say so before absl's lazy loader does
+    value = a.split("=", 1)[1] if a.startswith("--config=") else (
+        argv[i + 1] if a == "--config" and i + 1 < len(argv) else None)
+    if value is not None and not os.path.isfile(value.split(":", 1)[0]):
+      print(f"error: config file {value.split(':', 1)[0]!r} does not exist (from {os.getcwd()}); "
+            f"e.g. --config {default}:VARIANT", file=sys.stderr)
+      return None
   fv = flags.FlagValues()
   full_argv = [prog] + argv
-  config_flags.DEFINE_config_file("config", default=str(default) if default.exists() else None,
-                                  flag_values=fv, lock_config=True, sys_argv=full_argv,
-                                  help_string=f"config file, e.g. {default.name}:VARIANT")
   try:
-    fv(full_argv)
-  except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
+    config_flags.DEFINE_config_file("config", default=str(default) if default.exists() else None,
+                                    flag_values=fv, lock_config=True, sys_argv=full_argv,
+                                    help_string=f"config file, e.g. {default.name}:VARIANT")
+    rest = fv(full_argv)
+    config = fv.config
+  except Exception as e:  # absl / ml_collections wrap the real cause; show its last line only
+    text = str(e).replace("\\n", "\n").replace("\\'", "'")
+    lines = [l.strip().strip("'\"") for l in text.strip().splitlines() if l.strip().strip("'\"")]
+    if len(lines) >= 2 and lines[-1].startswith("Did you mean"):
+      lines = [f"unknown config key {lines[-2]!r}; {lines[-1][0].lower() + lines[-1][1:]}"]
+    print(f"error: {lines[-1] if lines else type(e).__name__}", file=sys.stderr)
     return None
-  if fv.config is None:
+  if len(rest) > 1:
+    print(f"error: unexpected argument(s) {' '.join(rest[1:])!r}; options look like "
+          f"--config.SECTION.KNOB=VALUE", file=sys.stderr)
+    return None
+  if config is None:
     print(f"error: no config given; use --config configs/{default.name}:VARIANT", file=sys.stderr)
-  return fv.config
+  return config
 
 
 def _run_guarded(fn) -> int:
@@ -143,7 +173,16 @@ def prepare_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-  """Entry point of the ``chinchax`` command."""
+  """Entry point of the ``chinchax`` command; Ctrl-C exits with status 130 and one line."""
+  try:
+    return _main(argv)
+  except KeyboardInterrupt:
+    print("\ninterrupted; rerun the same command to resume from the last checkpoint",
+          file=sys.stderr)
+    return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if not argv or argv[0] in ("-h", "--help", "help"):
     print(_usage())

@@ -101,7 +101,7 @@ def base_config() -> ml_collections.ConfigDict:
   d.store_root = "~/.cache/chinchax/stores"  # token stores, one per (corpus, tokenizer)
   d.val_fraction = 0.05           # fraction of documents held out for validation (at least 1)
   d.allow_repeat = False          # permit more than one epoch over the training split
-  d.worker_count = 0              # grain worker processes (0 = in the main process)
+  d.read_threads = 2              # grain reader threads prefetching the next batches
 
   c.mesh = x = ml_collections.ConfigDict()
   x.data = -1                     # data-parallel axis size; -1 = fill with the remaining devices
@@ -464,7 +464,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError("data.source='files' needs data.paths, e.g. --config.data.paths='corpus/*.txt'")
   if not 0.0 < d.val_fraction < 1.0:
     raise ConfigError(f"data.val_fraction={d.val_fraction!r} must lie strictly between 0 and 1")
-  _check_positive(d.worker_count, "data.worker_count", allow_zero=True, integer=True)
+  _check_positive(d.read_threads, "data.read_threads", integer=True)
   _check_positive(c.mesh.num_cpu_devices, "mesh.num_cpu_devices", allow_zero=True, integer=True)
   validate_distributed(c.distributed)
 

@@ -221,7 +221,7 @@ def run_ladder(config, devices=None, fit: bool = True) -> pathlib.Path:
       raise config_lib.ConfigError(
           f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,}) needs D={r.D:,.0f} "
           f"tokens = {need / n_windows:.2f} epochs of the {train_split.n_tokens:,}-token training "
-          f"split; lower ladder.c_max or allow data repetition")
+          f"split; lower ladder.c_max or set train_config.data.allow_repeat=True")
 
   workdir.mkdir(parents=True, exist_ok=True)
   table = ResultsTable(workdir / "results.jsonl")

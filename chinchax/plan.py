@@ -412,7 +412,7 @@ def _memory_warning(plan: Plan, hardware: hardware_lib.Hardware,
     plan.warnings.append(
         f"estimated memory {mem / 1e9:.3g} GB per device exceeds the {cap / 1e9:.3g} GB of a "
         f"{hardware.accelerator.display_name} even with parameters and optimizer state sharded "
-        f"(mesh.fsdp); use model.remat and/or gradient accumulation")
+        f"(mesh.fsdp); use model.remat, more devices or a smaller global_batch_size")
 
 
 def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
@@ -554,6 +554,8 @@ def get_config(variant=None):
                  eval_every={every}, checkpoint_every={every},
                  log_every={max(1, min(50, b.steps // 20))})
   c.budget.update(mode="tokens", tokens={plan.D}, n_kind="total")
+  # On CPU: as many virtual devices as divide the batch (ignored on accelerators).
+  c.mesh.num_cpu_devices = {next(n for n in (8, 4, 2, 1) if b.global_batch_size % n == 0)}
   return c
 '''
 

@@ -42,7 +42,8 @@ from chinchax.data import tokenizers as tokenizers_lib
 
 # Dense bf16 peak FLOP/s per chip by jax device_kind substring (vendor data sheets).
 _KNOWN_PEAK_FLOPS = (
-    ("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("L4", 121e12),
+    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
+    ("L40S", 362e12), ("L4", 121e12),
     ("TPU v6", 918e12), ("TPU v5p", 459e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12),
     ("TPU v4", 275e12),
 )
@@ -499,7 +500,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     if progress is not None:
       progress.set_postfix(loss=f"{last_train_loss:.3f}", eval=f"{eval_loss:.3f}", refresh=False)
 
-  for step, local_batch in batches.iterator(start_step):
+  for step, local_batch in batches.iterator(start_step, num_threads=config.data.read_threads):
     t_step = time.perf_counter()
     state, metrics = step_fn(state, to_global(local_batch))
     if compile_s is None:
@@ -589,7 +590,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
        f"(planned D {spec.tokens:,})")
   say(f"loss    final train {last_train_loss:.4f} nats/token; final eval {eval_loss:.4f} nats/token"
        f" = {summary['final_eval_bits_per_byte']:.3f} bits/byte")
-  say(f"        val byte-unigram entropy {unigram:.4f} nats/token = "
+  say(f"        val unigram entropy {unigram:.4f} nats/token = "
        f"{summary['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
        f"{100 * summary['eval_below_unigram']:.1f}% below it")
   say(f"speed   {tps:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step, MFU {100 * mfu:.2f}% "

@@ -1,11 +1,12 @@
 """Training configs: `--config configs/train.py:VARIANT`, overrides `--config.model.d_model=128`.
 
 Variants:
-  default  ~0.4M-parameter byte-level model on the embedded stdlib corpus, 20 tokens/param
+  default  ~177k-parameter byte-level model on the embedded stdlib corpus, 20 tokens/param
            (Chinchilla); trains in a few minutes on a 2-core CPU.
-  tiny     a few thousand steps' worth smaller; for tests and smoke runs.
-  small    ~6M parameters; an accelerator-sized smoke run.
-  125m     GPT-3-Small-like shape (d_model 768, 12 layers) for accelerators.
+  tiny     ~29k parameters, 20 steps; for tests and smoke runs.
+  small    ~4.9M parameters; an accelerator-sized smoke run.
+  125m     GPT-3-Small-like shape (d_model 768, 12 layers; 85M parameters with the byte vocab)
+           for accelerators.
 """
 
 from chinchax import config as config_lib

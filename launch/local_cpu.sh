@@ -8,4 +8,4 @@ if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
 fi
 devices=8
 if [[ "${1:-}" == "--devices" ]]; then devices="$2"; shift 2; fi
-exec chinchax train "--config.mesh.num_cpu_devices=${devices}" "$@"
+exec chinchax train "$@" "--config.mesh.num_cpu_devices=${devices}"

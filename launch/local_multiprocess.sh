@@ -51,7 +51,7 @@ forward() {
   for pid in "${pids[@]}"; do kill -s "$1" "$pid" 2>/dev/null || true; done
 }
 trap 'forward TERM' TERM
-trap 'forward INT' INT
+trap 'forward TERM' INT  # background children ignore SIGINT; TERM checkpoints and exits 75
 
 for ((i = 0; i < processes; i++)); do
   # The user's flags come first: ml_collections needs --config before any --config.* override.

@@ -6,11 +6,13 @@ import json
 import logging
 import math
 import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from chinchax import attention as attention_lib
 from chinchax import bench
@@ -53,7 +55,7 @@ def test_default_grid_has_enough_points_and_merges_duplicates():
     (lambda c: c.sweeps.batch.update(mesh="2x2"), "mesh layout '2x2'"),
     (lambda c: c.sweeps.batch.update(global_batch_size="8,0"), "'0' is not a positive integer"),
     (lambda c: c.sweeps.batch.update(attention="flash"), "attention='flash'"),
-    (lambda c: c.sweeps.batch.update(global_batch_size="7"), "bench point t1_b7"),
+    (lambda c: c.models.t1.update(n_heads=3), "bench point t1_b8_t32.*not divisible"),
     (lambda c: c.bench.update(fit_sweep="nope"), "bench.fit_sweep='nope'"),
     (lambda c: c.bench.update(fit_sweep="batch") or c.sweeps.batch.update(remat="none,full"),
      "varies remat"),
@@ -212,7 +214,7 @@ def test_step_time_fit_skips_with_too_few_points(tmp_path):
 
 
 def test_heldout_indices_are_interior_and_distinct():
-  assert bench.heldout_indices(10, 4) == [1, 4, 5, 8]
+  assert bench.heldout_indices(10, 4) == [1, 3, 6, 8]
   for n in range(7, 20):
     idx = bench.heldout_indices(n, 4)
     assert len(set(idx)) == 4 and 0 not in idx and n - 1 not in idx
@@ -226,13 +228,52 @@ def test_attention_switch_falls_back_with_a_message(caplog):
     assert attention_lib.resolve_impl("cudnn", "cpu", "float32") == "xla"
   assert "attention='cudnn' needs an NVIDIA GPU" in caplog.text
   assert "falling back to 'xla'" in caplog.text
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    assert attention_lib.resolve_impl("splash", "gpu", "bfloat16") == "xla"
+  assert ("attention='splash' (Pallas splash attention) needs a TPU, the backend is 'gpu'; "
+          "falling back to 'xla'") in caplog.text
   assert attention_lib.resolve_impl("auto", "cpu", "float32") == "xla"
   assert attention_lib.resolve_impl("auto", "gpu", "bfloat16") == "cudnn"
+  with pytest.raises(ValueError, match="'flash' is not one of"):
+    attention_lib.resolve_impl("flash", "cpu", "float32")
+
+
+def test_splash_kernel_matches_xla_attention_sharded_in_interpret_mode():
+  """The TPU kernel run by the Pallas interpreter, per shard of a (2, 2, 2) mesh, with grads."""
+  from jax.sharding import NamedSharding
+  from chinchax import sharding as sharding_lib
+  keys = jax.random.split(jax.random.key(0), 3)
+  q, k, v = (jax.random.normal(x, (4, 128, 2, 8), jnp.float32) for x in keys)
+  mesh = sharding_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  sh = NamedSharding(mesh, sharding_lib.logical_to_spec(("batch", "seq", "heads", "kv")))
+
+  def loss(impl):
+    def f(q, k, v):
+      if impl == "splash":
+        out = attention_lib.splash_attention(q, k, v, interpret=True)
+      else:
+        out = attention_lib.causal_attention(q, k, v, impl="xla")
+      return jnp.sum(jnp.sin(out)), out
+    return f
+
+  (_, want), g_want = jax.value_and_grad(loss("xla"), argnums=(0, 1, 2), has_aux=True)(q, k, v)
+  args = [jax.device_put(x, sh) for x in (q, k, v)]
+  (_, got), g_got = jax.jit(jax.value_and_grad(loss("splash"), argnums=(0, 1, 2),
+                                               has_aux=True))(*args)
+  assert got.sharding.spec == sh.spec
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)
+  for a, b in zip(g_got, g_want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
+  with pytest.raises(ValueError, match="multiple of 128"):
+    x = jnp.zeros((1, 192, 2, 8))
+    attention_lib.splash_attention(x, x, x, interpret=True)
 
 
 def _load_bare():
   spec = importlib.util.spec_from_file_location("bare_jax", REPO / "benchmarks" / "bare_jax.py")
   mod = importlib.util.module_from_spec(spec)
+  sys.modules["bare_jax"] = mod  # dataclasses look their module up there
   spec.loader.exec_module(mod)
   return mod
 
@@ -241,7 +282,7 @@ def test_bare_jax_twin_matches_chinchax_step_for_step():
   from chinchax import sharding as sharding_lib
   bare = _load_bare()
   cfg = bare.BareConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, seq_len=16,
-                        global_batch_size=4, warmup_steps=2, decay_steps=10)
+                        global_batch_size=4, warmup_steps=1, decay_steps=10)
   c = bare.chinchax_config(cfg)
   spec = train_lib.resolve(c, 1)
   device = jax.devices()[0]
@@ -250,7 +291,7 @@ def test_bare_jax_twin_matches_chinchax_step_for_step():
   graphdef, cx_state, shardings = train_lib.create_state(spec.model, tx, mesh, c.seed)
   cx_step = train_lib.jit_train_step(graphdef, tx, schedule, c, shardings, mesh)
   state = bare.init_state(bare.params_from_chinchax(
-      jax.device_get(cx_state["params"]).to_pure_dict()))
+      nnx.to_pure_dict(jax.device_get(cx_state["params"]))))
   bare_step = jax.jit(bare.make_train_step(cfg))
   batch_sh = sharding_lib.batch_sharding(mesh)
   rng = np.random.default_rng(0)
@@ -260,6 +301,7 @@ def test_bare_jax_twin_matches_chinchax_step_for_step():
     state, bm = bare_step(state, jnp.asarray(b))
     for k in ("loss", "grad_norm", "lr"):
       assert float(bm[k]) == pytest.approx(float(cm[k]), rel=2e-5, abs=1e-8), k
-  cx_params = bare.params_from_chinchax(jax.device_get(cx_state["params"]).to_pure_dict())
+  cx_params = bare.params_from_chinchax(
+      nnx.to_pure_dict(jax.device_get(cx_state["params"])))
   for a, b in zip(jax.tree.leaves(cx_params), jax.tree.leaves(state["params"])):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)

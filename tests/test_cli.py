@@ -67,3 +67,33 @@ def test_repetition_refused_with_epochs(capsys, tmp_path, small_corpus):
 def test_console_script_usage():
   out = subprocess.run([sys.executable, "-m", "chinchax.cli", "nonsense"], capture_output=True, text=True)
   assert out.returncode == 2 and "unknown verb 'nonsense'" in out.stderr
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--config.model.dmodel=3"], "unknown config key 'dmodel'"),
+    (["--config.model.d_model=abc"], "d_model=abc"),
+    (["stray_positional"], "unexpected argument(s) 'stray_positional'"),
+])
+def test_parse_errors_are_one_line(capsys, tmp_path, flags, needle):
+  rc, err = _train(capsys, tmp_path, *flags)
+  assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_missing_config_file(capsys, tmp_path):
+  rc = cli.main(["train", f"--config={tmp_path}/nosuch.py:tiny"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert rc == 2 and len(err) == 1 and "does not exist" in err[0], err
+
+
+def test_resume_with_changed_run_settings_is_refused(capsys, tmp_path, small_corpus):
+  flags = ["--config.budget.steps=4", "--config.train.checkpoint_every=2", "--config.train.eval_every=4",
+           "--config.train.peak_flops_per_device=1e9"]
+  rc, err = _train(capsys, tmp_path, *flags, corpus=f"{small_corpus}/*.txt")
+  assert rc == 0, err
+  before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.is_file()}
+  rc, err = _train(capsys, tmp_path, *flags, "--config.train.peak_lr=0.01", "--config.seed=7",
+                   corpus=f"{small_corpus}/*.txt")
+  assert rc == 2 and len(err) == 1, err
+  assert "train.peak_lr=0.01 (saved 0.003)" in err[0] and "seed=7 (saved 0)" in err[0], err
+  after = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.is_file()}
+  assert after == before
