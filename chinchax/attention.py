@@ -81,7 +81,6 @@ def splash_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
     ValueError: T is not a multiple of the block size.
   """
   from jax.experimental.pallas.ops.tpu import splash_attention as splash
-  from jax.sharding import PartitionSpec as P
   from chinchax import sharding as sharding_lib
 
   T, K = q_BTHK.shape[1], q_BTHK.shape[3]

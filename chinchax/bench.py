@@ -61,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 import ml_collections
 import numpy as np
