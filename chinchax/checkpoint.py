@@ -25,7 +25,8 @@ RESUME_KEYS = (
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
     "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
     "budget.n_kind",
-    "data.source", "data.paths", "data.text_field", "data.tokenizer", "data.val_fraction",
+    "data.source", "data.paths", "data.text_field", "data.txt_documents", "data.tokenizer",
+    "data.val_fraction",
     "data.allow_repeat",
 )
 

@@ -87,6 +87,7 @@ def base_config() -> ml_collections.ConfigDict:
   d.source = "stdlib"             # stdlib (this interpreter's standard-library .py files) | files | hf
   d.paths = ""                    # for source=files: comma-separated globs of .txt / .jsonl / .parquet files
   d.text_field = "text"           # jsonl / parquet / hf field holding the document text
+  d.txt_documents = "file"        # .txt → documents: file (one each) | paragraph (at blank lines) | line
   d.hf_name = ""                  # for source=hf: dataset name on the hub, or a local dataset directory
   d.hf_config = ""                # for source=hf: dataset configuration name ("" = the default)
   d.hf_split = "train"            # for source=hf: split to read
@@ -448,6 +449,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     _check_positive(b.steps, "budget.steps", integer=True)
 
   _check_choice(d.source, DATA_SOURCES, "data.source")
+  _check_choice(d.txt_documents, ("file", "paragraph", "line"), "data.txt_documents")
   _check_choice(d.tokenizer, TOKENIZERS, "data.tokenizer")
   _check_choice(d.decode_errors, DECODE_ERRORS, "data.decode_errors")
   if d.source == "hf" and not str(d.hf_name).strip():

@@ -510,7 +510,7 @@ def format_plan(plan: Plan) -> str:
   lines.append(hdr + ("        D  step_s    loss" if timed else ""))
   for c in plan.candidates:
     row = (f"    {c['d_model']:>7} {c['n_layers']:>8} {c['n_heads']:>7} {c['d_ff']:>6} "
-           f"{c['N']:>12,} {c['rel_error']:>+7.3f} {c['aspect_ratio']:>6.0f}")
+           f"{c['N']:>12,} {c['N'] / plan.allocation.N - 1:>+7.3f} {c['aspect_ratio']:>6.0f}")
     if timed:
       loss = "-" if c["predicted_loss"] is None else f"{c['predicted_loss']:.4f}"
       row += f" {c['D']:>8.3g} {c['step_time_s']:>7.3g} {loss:>7}"

@@ -136,3 +136,15 @@ def test_stdlib_source_is_sorted_real_python():
   assert names == sorted(names) or [str(f) for f in src.files] == sorted(str(f) for f in src.files)
   assert any(n.endswith("os.py") for n in names)
   assert not any("site-packages" in n for n in names)
+
+
+def test_txt_documents_paragraph_and_line(tmp_path):
+  (tmp_path / "one.txt").write_bytes(b"First para\nstill first.\n\n\nSecond para.\r\n  \r\nThird.\n")
+  by_file = [d for _, d in sources.FileSource(str(tmp_path / "one.txt"))]
+  by_para = [d for _, d in sources.FileSource(str(tmp_path / "one.txt"), txt_documents="paragraph")]
+  by_line = [d for _, d in sources.FileSource(str(tmp_path / "one.txt"), txt_documents="line")]
+  assert len(by_file) == 1
+  assert by_para == [b"First para\nstill first.", b"Second para.", b"Third.\n"]
+  assert [l.strip() for l in by_line] == [b"First para", b"still first.", b"Second para.", b"Third."]
+  with pytest.raises(sources.DataError, match="data.txt_documents='words'"):
+    sources.FileSource(str(tmp_path / "one.txt"), txt_documents="words")

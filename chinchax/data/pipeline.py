@@ -146,7 +146,8 @@ def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int
   if len(src) < batch_size:
     raise sources_lib.DataError(
         f"the validation split holds {split.n_tokens} tokens = {len(src)} windows, fewer than "
-        f"one eval batch of {batch_size}; raise data.val_fraction or use a larger corpus")
+        f"one eval batch of {batch_size}; raise data.val_fraction, use a larger corpus, or cut a "
+        f"single .txt file into documents with data.txt_documents=paragraph")
   n = min(n_batches, len(src) // batch_size)
   ds = grain.MapDataset.source(src).seed(seed).shuffle()
   r0, r1 = rows or (0, batch_size)

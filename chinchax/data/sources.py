@@ -18,10 +18,12 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import sysconfig
 from typing import Iterator
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
+TXT_DOCUMENTS = ("file", "paragraph", "line")
 
 
 class DataError(ValueError):
@@ -106,6 +108,9 @@ class FileSource:
   Args:
     patterns: comma-separated globs (``~`` expanded), e.g. ``"corpus/*.txt,more/*.jsonl"``.
     text_field: the jsonl / parquet field holding the text.
+    txt_documents: how a ``.txt`` file is cut into documents: ``file`` (one
+      document), ``paragraph`` (at blank lines: a single-file corpus such as
+      tiny shakespeare then has documents to hold out for validation), ``line``.
   Raises:
     DataError: a glob that matches no file, a file with an unsupported
       extension, or a jsonl / parquet file whose first row has no ``text_field``.
@@ -113,8 +118,11 @@ class FileSource:
 
   name = "files"
 
-  def __init__(self, patterns: str, text_field: str = "text"):
+  def __init__(self, patterns: str, text_field: str = "text", txt_documents: str = "file"):
+    if txt_documents not in TXT_DOCUMENTS:
+      raise DataError(f"data.txt_documents={txt_documents!r} is not one of {TXT_DOCUMENTS}")
     self.text_field = text_field
+    self.txt_documents = txt_documents
     self.files: list[pathlib.Path] = []
     for pattern in [p.strip() for p in str(patterns).split(",") if p.strip()]:
       matched = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
@@ -144,7 +152,8 @@ class FileSource:
             return
 
   def describe(self) -> dict:
-    return {"kind": "files", "files": [str(f) for f in self.files], "text_field": self.text_field}
+    return {"kind": "files", "files": [str(f) for f in self.files], "text_field": self.text_field,
+            "txt_documents": self.txt_documents}
 
   def _parse_line(self, f, lineno: int, line: bytes) -> bytes:
     try:
@@ -160,7 +169,13 @@ class FileSource:
   def __iter__(self) -> Iterator[tuple[str, bytes]]:
     for f in self.files:
       if f.suffix == ".txt":
-        yield str(f), f.read_bytes()
+        data = f.read_bytes()
+        if self.txt_documents == "file":
+          yield str(f), data
+          continue
+        pattern = rb"(?:\r?\n[ \t]*){2,}" if self.txt_documents == "paragraph" else rb"\r?\n"
+        for i, doc in enumerate(d for d in re.split(pattern, data) if d.strip()):
+          yield f"{f}#{i}", doc
       elif f.suffix == ".jsonl":
         with f.open("rb") as fh:
           for lineno, line in enumerate(fh, 1):
@@ -293,4 +308,4 @@ def make_source(data_cfg):
   if data_cfg.source == "hf":
     return HFSource(data_cfg.hf_name, split=data_cfg.hf_split, text_field=data_cfg.text_field,
                     config_name=data_cfg.hf_config, streaming=data_cfg.hf_streaming)
-  return FileSource(data_cfg.paths, data_cfg.text_field)
+  return FileSource(data_cfg.paths, data_cfg.text_field, data_cfg.txt_documents)
