@@ -606,11 +606,11 @@ class Approach3Result:
 
   @property
   def a(self) -> float:
-    return self.beta / (self.alpha + self.beta)
+    return self.law.a
 
   @property
   def b(self) -> float:
-    return self.alpha / (self.alpha + self.beta)
+    return self.law.b
 
   @property
   def G(self) -> float:
