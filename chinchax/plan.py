@@ -24,6 +24,12 @@ planner picks the candidate closest to the law's frontier at the compute it
 reaches: the smallest |ln(N / N_opt(6·N·D(shape)))|.
 
 Batch, peak LR and warmup follow ``chinchax.budget.plan_batch``.
+``--calibrate K`` (time budgets) times the K best candidates and the
+FLOP-optimal shape with ``chinchax train``'s own step on this machine
+(:func:`measure_step_time`) and chooses among the measured ones, their
+start-up (set-up, compile, first step) paid out of the budget: ranking by a fitted
+model alone favours whichever shape the model under-predicts most.
+
 ``--write-config PATH`` writes an ml_collections config file that
 ``chinchax train --config PATH`` runs unchanged, with budget.mode = "tokens"
 and budget.tokens = the planned D (whole steps), so the run sees exactly D.
@@ -39,7 +45,10 @@ import math
 import os
 import pathlib
 import sys
+import time
 from typing import Any
+
+import numpy as np
 
 from chinchax import budget
 from chinchax import hardware as hardware_lib
@@ -59,6 +68,80 @@ class PlanError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Measurement:
+  """A candidate's train step measured on this machine (``--calibrate``).
+
+  Attributes:
+    step_time_s: mean seconds per step in the steady state.
+    startup_s: seconds before the steady state (set-up, compile, first step);
+      taken out of the budget.
+    model_step_time_s: what the step-time model predicted for the same step.
+  """
+
+  step_time_s: float
+  startup_s: float
+  model_step_time_s: float
+
+  @property
+  def model_error(self) -> float:
+    """predicted / measured − 1 of the step-time model on this step."""
+    return self.model_step_time_s / self.step_time_s - 1.0
+
+
+def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_batch_size: int,
+                      hardware: hardware_lib.Hardware, *, warmup_steps: int = 3,
+                      timed_steps: int = 20) -> tuple[float, float]:
+  """Times ``chinchax train``'s step for a shape on this machine's devices.
+
+  The step is :func:`chinchax.bench.measure_point`'s — the training config
+  the planner would write (default compute dtype and attention), random
+  tokens — on the first ``hardware.n_devices`` local devices.
+
+  Returns:
+    (mean step time over the timed steps, start-up = everything before the
+    steady state: state set-up, tracing, compilation, first step), in seconds.
+  Raises:
+    PlanError: the local devices are not ``hardware`` (kind or count), or the
+      step fails to compile or run (the message carries XLA's error).
+  """
+  import jax
+  from chinchax import bench as bench_lib
+  from chinchax import config as config_lib
+
+  shape = getattr(shape, "shape", shape)
+  devices = jax.devices()
+  backend = jax.default_backend()
+  local = bench_lib.match_accelerator(devices[0].device_kind, backend,
+                                      hardware_lib.load_accelerators())
+  if local is None or local.name != hardware.accelerator.name:
+    raise PlanError(f"--calibrate times candidates on this machine, which has "
+                    f"{len(devices)}× {devices[0].device_kind} ({backend}), not "
+                    f"{hardware.spec}; plan without --calibrate or run where the hardware is")
+  if len(devices) < hardware.n_devices:
+    raise PlanError(f"--calibrate needs {hardware.n_devices} local devices for {hardware.spec}, "
+                    f"this process has {len(devices)}"
+                    + (" (on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N)"
+                       if backend == "cpu" else ""))
+  c = config_lib.base_config()
+  c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
+                 n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
+  c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
+  c.budget.update(mode="steps", steps=warmup_steps + timed_steps + 1)
+  t0 = time.perf_counter()
+  row = bench_lib.measure_point(c, warmup_steps=warmup_steps, timed_steps=timed_steps,
+                                devices=devices[:hardware.n_devices])
+  wall = time.perf_counter() - t0
+  if row.get("status") != "ok":
+    raise PlanError(f"--calibrate: the train step of d_model {shape.d_model} × {shape.n_layers} "
+                    f"layers, batch {global_batch_size} failed ({row.get('status')}): "
+                    f"{row.get('error', '')[:500]}")
+  # A budget pays the mean step, slow outliers included (the bench reports the median).
+  mean = float(np.mean(row["step_times_s"]))
+  startup = max(0.0, wall - mean * (warmup_steps + len(row["step_times_s"])))
+  return mean, startup
+
+
+@dataclasses.dataclass(frozen=True)
 class TimedCandidate:
   """A shape evaluated under a wall-clock budget.
 
@@ -69,6 +152,7 @@ class TimedCandidate:
     loss: L(N, tokens) in nats/token, None for an allocation-only law.
     frontier_gap: |ln(N / N_opt(6·N·tokens))|, distance from the law's frontier.
     memory_bytes: rough peak memory per device (FSDP-sharded state).
+    measured: the calibration measurement behind ``step_time_s``, if any.
   """
 
   candidate: budget.ShapeCandidate
@@ -77,6 +161,7 @@ class TimedCandidate:
   loss: float | None
   frontier_gap: float
   memory_bytes: float
+  measured: "Measurement | None" = None
 
   @property
   def tokens(self) -> int:
@@ -88,7 +173,11 @@ class TimedCandidate:
                D=self.batch.tokens, step_time_s=self.step_time_s,
                tokens_per_second=self.batch.tokens_per_step / self.step_time_s,
                predicted_loss=self.loss, frontier_gap=self.frontier_gap,
-               memory_gb_per_device=self.memory_bytes / 1e9)
+               memory_gb_per_device=self.memory_bytes / 1e9,
+               step_time_source="measured" if self.measured else "model")
+    if self.measured is not None:
+      out.update(startup_s=self.measured.startup_s,
+                 model_step_time_s=self.measured.model_step_time_s)
     return out
 
 
@@ -112,6 +201,12 @@ class Plan:
     comparison: time budgets: the FLOP-optimal shape beside the best one.
     dollar_curve: dollar budgets: predicted loss at ¼×…4× the dollars.
     warnings: things the user should know (extrapolations, memory).
+    startup_s: measured start-up (compile + first step) seconds of the chosen
+      shape, part of the time budget (``--calibrate``; 0 otherwise).
+    calibration: ``--calibrate``: per measured shape the model's and the
+      measured step time and the model's relative error.
+    calibration_factor: median measured / predicted step time, applied to
+      the unmeasured candidates.
   """
 
   mode: str
@@ -128,6 +223,9 @@ class Plan:
   comparison: dict | None = None
   dollar_curve: list | None = None
   warnings: list = dataclasses.field(default_factory=list)
+  startup_s: float = 0.0
+  calibration: list | None = None
+  calibration_factor: float | None = None
 
   @property
   def N(self) -> int:
@@ -146,8 +244,10 @@ class Plan:
 
   @property
   def seconds(self) -> float | None:
-    """Predicted wall-clock seconds (steps × step time), when a step-time model is known."""
-    return None if self.step_time_s is None else self.batch.steps * self.step_time_s
+    """Predicted wall-clock seconds (start-up + steps × step time), when a step-time model is known."""
+    if self.step_time_s is None:
+      return None
+    return self.startup_s + self.batch.steps * self.step_time_s
 
   @property
   def dollars(self) -> float | None:
@@ -184,6 +284,8 @@ class Plan:
         "tokens_per_dollar": (self.D / self.dollars) if self.dollars else None,
         "candidates": self.candidates, "comparison": self.comparison,
         "dollar_curve": self.dollar_curve, "warnings": list(self.warnings),
+        "startup_s": self.startup_s, "calibration": self.calibration,
+        "calibration_factor": self.calibration_factor,
     }
     return out
 
@@ -258,18 +360,30 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
   return plan
 
 
+def _candidate_batch_size(cand: budget.ShapeCandidate, C_rule: float, n_devices: int) -> int:
+  """The global batch (sequences) of ``cand`` under the batch rule at compute ``C_rule``."""
+  return budget.plan_batch(C_rule / (6.0 * cand.N), N=cand.N, seq_len=cand.shape.seq_len,
+                           C=C_rule, batch_multiple=n_devices).global_batch_size
+
+
 def _evaluate(cand: budget.ShapeCandidate, seconds: float, C_rule: float, law: Any,
-              model: Any, hardware: hardware_lib.Hardware) -> TimedCandidate:
-  """Tokens reachable in ``seconds`` for ``cand``, and the loss they predict."""
+              model: Any, hardware: hardware_lib.Hardware, *,
+              measured: "Measurement | None" = None) -> TimedCandidate:
+  """Tokens reachable in ``seconds`` for ``cand``, and the loss they predict.
+
+  With ``measured``, its step time replaces the model's and its start-up
+  seconds are taken out of the budget first.
+  """
   seq_len = cand.shape.seq_len
   n = hardware.n_devices
-  ref = budget.plan_batch(C_rule / (6.0 * cand.N), N=cand.N, seq_len=seq_len, C=C_rule,
-                          batch_multiple=n)
-  gbs = ref.global_batch_size
-  t = float(model.predict(cand.shape, gbs))
+  gbs = _candidate_batch_size(cand, C_rule, n)
+  if measured is None:
+    t, startup = float(model.predict(cand.shape, gbs)), 0.0
+  else:
+    t, startup = measured.step_time_s, measured.startup_s
   if not (math.isfinite(t) and t > 0):
     raise PlanError(f"step-time model predicted {t!r} s for {cand.shape}; it must be positive")
-  steps = int(math.floor(seconds / t))
+  steps = max(0, int(math.floor((seconds - startup) / t)))
   tps = gbs * seq_len
   tokens = steps * tps
   lr = budget.peak_learning_rate(budget.flops_6nd(cand.N, max(tokens, 1)))
@@ -285,7 +399,7 @@ def _evaluate(cand: budget.ShapeCandidate, seconds: float, C_rule: float, law: A
       hardware.accelerator.kind)
   mem = hardware_lib.memory_per_device(cand.shape, gbs, n_devices=n, profile=profile)
   mem = mem - 16 * cand.N * (1 - 1 / n)  # parameters and AdamW state sharded (FSDP)
-  return TimedCandidate(cand, batch, t, loss, gap, mem)
+  return TimedCandidate(cand, batch, t, loss, gap, mem, measured)
 
 
 def _rank_key(tc: TimedCandidate, has_loss: bool):
@@ -296,7 +410,8 @@ def _rank_key(tc: TimedCandidate, has_loss: bool):
 
 def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
               vocab_size: int = 257, seq_len: int | None = None, step_time_model: Any = None,
-              k: int = 5, mode: str = "hours", budget_dict: dict | None = None) -> Plan:
+              k: int = 5, mode: str = "hours", budget_dict: dict | None = None,
+              calibrate: int = 0, measure: Any = None) -> Plan:
   """Plans a run for a wall-clock budget on ``hardware`` (Time Matters, Inbar & Sernau 2024).
 
   Args:
@@ -307,6 +422,13 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
     step_time_model: a model from ``chinchax.hardware`` (default: roofline).
     k: candidates to list.
     mode, budget_dict: how the budget was given (for reporting).
+    calibrate: time the best ``calibrate`` candidates (and the FLOP-optimal
+      shape) on this machine and choose among those measured ones: a model
+      that under-predicts one shape's step time would otherwise pick exactly
+      that shape. Measured start-up (set-up, compile, first step) comes out
+      of the budget. 0 trusts the model.
+    measure: ``(ModelShape, global_batch_size) -> (step_time_s, startup_s)``
+      for calibration (default :func:`measure_step_time` on ``hardware``).
   Returns:
     The :class:`Plan` of the best candidate, with ``comparison`` holding the
     FLOP-optimal shape, the best shape and the loss difference.
@@ -350,17 +472,96 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
         if key not in pool:
           pool[key] = _evaluate(cand, seconds, C, law, model, hardware)
   ranked = sorted(pool.values(), key=lambda tc: _rank_key(tc, has_loss))
+  if calibrate:
+    ranked, flop_opt, factor = _calibrate(ranked, flop_opt, calibrate, measure, seconds, C,
+                                          law, model, hardware, has_loss)
   best = ranked[0]
   alloc = budget.allocate(C, law)
   plan = Plan(mode=mode, budget=budget_dict or {"hours": seconds / 3600.0}, law=law,
               allocation=alloc, chosen=best.candidate, batch=best.batch,
               predicted_loss=best.loss if best.tokens > 0 else None, hardware=hardware,
               step_time_model=hardware_lib.describe_model(model), step_time_s=best.step_time_s,
-              candidates=[tc.to_dict() for tc in ranked[:max(k, 1)]],
+              candidates=[tc.to_dict() for tc in ranked[:max(k, calibrate, 1)]],
               warnings=list(alloc.warnings))
+  if best.measured is not None:
+    plan.startup_s = best.measured.startup_s
+    plan.step_time_model = (f"measured on this machine (--calibrate {calibrate}); unmeasured "
+                            f"shapes: {factor:.3g} × {plan.step_time_model}")
+    plan.calibration_factor = factor
+    plan.calibration = [
+        {"d_model": tc.candidate.shape.d_model, "n_layers": tc.candidate.shape.n_layers,
+         "global_batch_size": tc.batch.global_batch_size,
+         "model_step_time_s": tc.measured.model_step_time_s,
+         "measured_step_time_s": tc.measured.step_time_s,
+         "model_error": tc.measured.model_error, "startup_s": tc.measured.startup_s}
+        for tc in ranked + [flop_opt] if tc.measured is not None]
+    plan.calibration = list({(r["d_model"], r["n_layers"]): r for r in plan.calibration}.values())
   plan.comparison = _compare(flop_opt, best, has_loss)
   _memory_warning(plan, hardware, best.memory_bytes)
   return plan
+
+
+@dataclasses.dataclass(frozen=True)
+class _ScaledStepTime:
+  """A step-time model's predictions × ``factor`` (its bias measured by calibration)."""
+
+  model: Any
+  factor: float
+  profile: Any = None
+
+  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
+    return self.factor * float(self.model.predict(shape, global_batch_size))
+
+
+def _calibrate(ranked: list[TimedCandidate], flop_opt: TimedCandidate, k: int, measure: Any,
+               seconds: float, C: float, law: Any, model: Any,
+               hardware: hardware_lib.Hardware, has_loss: bool):
+  """Measures candidates until the best one is a measured one.
+
+  First the model's top ``k`` and the FLOP-optimal shape are measured; the
+  unmeasured candidates' predictions are then multiplied by the median
+  measured/predicted ratio (the model's bias on this machine), everything is
+  re-ranked, and while the best is unmeasured it is measured too (at most
+  ``k + 4`` more). Only a measured candidate can be chosen.
+
+  Returns:
+    (all candidates, measured and corrected, best first; the FLOP-optimal
+    candidate with its measurement; the correction factor)
+  """
+  if measure is None:
+    measure = functools.partial(measure_step_time, hardware=hardware)
+
+  def key(tc):
+    return (tc.candidate.shape.d_model, tc.candidate.shape.n_layers)
+
+  by_key = {key(tc): tc for tc in ranked}
+  by_key.setdefault(key(flop_opt), flop_opt)
+  measured: dict[tuple[int, int], TimedCandidate] = {}
+
+  def measure_one(tc):
+    t, startup = measure(tc.candidate.shape, tc.batch.global_batch_size)
+    m = Measurement(float(t), float(startup), tc.step_time_s)
+    measured[key(tc)] = _evaluate(tc.candidate, seconds, C, law, model, hardware, measured=m)
+
+  for tc in [tc for tc in ranked if tc.tokens > 0][:k] + [flop_opt]:
+    if key(tc) not in measured:
+      measure_one(tc)
+  extra = 0
+  while True:
+    factor = float(np.median([tc.measured.step_time_s / tc.measured.model_step_time_s
+                              for tc in measured.values()]))
+    scaled = _ScaledStepTime(model, factor, getattr(model, "profile", None))
+    current = [measured.get(kk) or _evaluate(tc.candidate, seconds, C, law, scaled, hardware)
+               for kk, tc in by_key.items()]
+    current.sort(key=lambda tc: _rank_key(tc, has_loss))
+    best = current[0]
+    if key(best) in measured or extra >= k + 4 or best.tokens <= 0:
+      break
+    measure_one(by_key[key(best)])
+    extra += 1
+  chosen = min(measured.values(), key=lambda tc: _rank_key(tc, has_loss))
+  return ([chosen] + [tc for tc in current if key(tc) != key(chosen)], measured[key(flop_opt)],
+          factor)
 
 
 def _compare(flop_opt: TimedCandidate, best: TimedCandidate, has_loss: bool) -> dict:
@@ -417,11 +618,13 @@ def _memory_warning(plan: Plan, hardware: hardware_lib.Hardware,
 
 def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
                  vocab_size: int = 257, seq_len: int | None = None, step_time_model: Any = None,
-                 k: int = 5, curve: tuple[float, ...] = DOLLAR_CURVE) -> Plan:
+                 k: int = 5, curve: tuple[float, ...] = DOLLAR_CURVE, calibrate: int = 0,
+                 measure: Any = None) -> Plan:
   """Plans a run for a dollar budget: dollars → hours at the table's price → :func:`plan_time`.
 
   Adds ``dollar_curve``: the best predicted loss (and tokens, N) at each
-  multiple in ``curve`` of the budget, i.e. what each extra dollar buys.
+  multiple in ``curve`` of the budget, i.e. what each extra dollar buys
+  (from the step-time model alone; ``calibrate`` measures the main plan only).
 
   Raises:
     PlanError: bad budget or law, or hardware without a price.
@@ -433,7 +636,8 @@ def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEF
                     f" add price_per_device_hour to the table or plan with --hours")
   kw = dict(vocab_size=vocab_size, seq_len=seq_len, step_time_model=step_time_model)
   plan = plan_time(dollars / price * 3600.0, hardware, law, k=k, mode="dollars",
-                   budget_dict={"dollars": dollars, "hours": dollars / price}, **kw)
+                   budget_dict={"dollars": dollars, "hours": dollars / price},
+                   calibrate=calibrate, measure=measure, **kw)
   points = []
   for m in curve:
     if m == 1.0:
@@ -496,6 +700,14 @@ def format_plan(plan: Plan) -> str:
     lines.append(f"  wall time      {plan.seconds / 3600:.4g} hours{cost}")
     if plan.dollars:
       lines.append(f"  tokens/dollar  {plan.D / plan.dollars:.4g}")
+  if plan.calibration:
+    lines.append(f"  calibration    measured on this machine (model → measured s/step, model error);"
+                 f" unmeasured shapes × {plan.calibration_factor:.3g}")
+    for r in plan.calibration:
+      lines.append(f"    d_model {r['d_model']:>5} × {r['n_layers']:>3} layers, batch "
+                   f"{r['global_batch_size']:>5}: {r['model_step_time_s']:.4g} → "
+                   f"{r['measured_step_time_s']:.4g} s ({r['model_error']:+.1%}), start-up "
+                   f"{r['startup_s']:.3g} s")
   if plan.comparison:
     lines.append(f"  vs FLOP-opt    {plan.comparison['summary']}")
   if plan.dollar_curve:
@@ -507,13 +719,14 @@ def format_plan(plan: Plan) -> str:
   lines.append("  candidates")
   timed = plan.mode != "flops"
   hdr = "    d_model n_layers n_heads   d_ff            N   ΔN/N* aspect"
-  lines.append(hdr + ("        D  step_s    loss" if timed else ""))
+  lines.append(hdr + ("        D  step_s     loss" if timed else ""))
   for c in plan.candidates:
     row = (f"    {c['d_model']:>7} {c['n_layers']:>8} {c['n_heads']:>7} {c['d_ff']:>6} "
            f"{c['N']:>12,} {c['N'] / plan.allocation.N - 1:>+7.3f} {c['aspect_ratio']:>6.0f}")
     if timed:
       loss = "-" if c["predicted_loss"] is None else f"{c['predicted_loss']:.4f}"
-      row += f" {c['D']:>8.3g} {c['step_time_s']:>7.3g} {loss:>7}"
+      mark = "*" if c.get("step_time_source") == "measured" else " "
+      row += f" {c['D']:>8.3g} {c['step_time_s']:>7.3g}{mark} {loss:>7}"
     lines.append(row)
   for w in plan.warnings:
     lines.append(f"  warning        {w}")
@@ -530,6 +743,11 @@ def config_source(plan: Plan, workdir: str) -> str:
   """
   s, b = plan.chosen.shape, plan.batch
   every = max(1, min(1000, b.steps // 10))
+  if plan.hardware is not None and plan.hardware.accelerator.kind == "cpu":
+    cpu_devices, cpu_note = plan.hardware.n_devices, f"the {plan.hardware.spec!r} the plan timed"
+  else:
+    cpu_devices = next(n for n in (8, 4, 2, 1) if b.global_batch_size % n == 0)
+    cpu_note = "as many virtual devices as divide the batch"
   budget_desc = ", ".join(f"{k}={v:.6g}" for k, v in plan.budget.items())
   loss = "n/a" if plan.predicted_loss is None else f"{plan.predicted_loss:.4f} nats/token"
   return f'''"""Planned run: {plan.mode} budget ({budget_desc}), law {plan.law.name}.
@@ -554,8 +772,8 @@ def get_config(variant=None):
                  eval_every={every}, checkpoint_every={every},
                  log_every={max(1, min(50, b.steps // 20))})
   c.budget.update(mode="tokens", tokens={plan.D}, n_kind="total")
-  # On CPU: as many virtual devices as divide the batch (ignored on accelerators).
-  c.mesh.num_cpu_devices = {next(n for n in (8, 4, 2, 1) if b.global_batch_size % n == 0)}
+  # On CPU: {cpu_note} (ignored on accelerators).
+  c.mesh.num_cpu_devices = {cpu_devices}
   return c
 '''
 
@@ -610,7 +828,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 _NUMERIC_FLAGS = ("--flops", "--hours", "--dollars", "--vocab-size", "--seq-len", "--mfu",
-                  "--bandwidth-efficiency", "--candidates")
+                  "--bandwidth-efficiency", "--candidates", "--calibrate")
 
 
 def _join_negative_numbers(argv: list[str]) -> list[str]:
@@ -662,6 +880,10 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--hardware-table", metavar="PATH",
                  help="accelerator/price table JSON (default chinchax/hardware_prices.json)")
   p.add_argument("--candidates", type=int, default=5, help="candidate shapes to list")
+  p.add_argument("--calibrate", type=int, default=0, metavar="K",
+                 help="--hours/--dollars: time the K best candidates and the FLOP-optimal shape "
+                      "on this machine's devices and choose among them (default 0: trust the "
+                      "step-time model)")
   p.add_argument("--write-config", metavar="PATH", help="write an ml_collections config file")
   p.add_argument("--workdir", help="workdir of the written config (default runs/plan-N…-D…)")
   p.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -682,6 +904,11 @@ def run(args: argparse.Namespace) -> Plan:
     raise PlanError(f"--seq-len must be an integer >= 2, got {args.seq_len!r}")
   if args.candidates < 1:
     raise PlanError(f"--candidates must be >= 1, got {args.candidates!r}")
+  if args.calibrate < 0:
+    raise PlanError(f"--calibrate must be >= 0 (candidates to time), got {args.calibrate!r}")
+  if args.calibrate and args.flops is not None:
+    raise PlanError("--calibrate times candidates for --hours or --dollars; a --flops plan "
+                    "does not depend on step time")
   mfu = _fraction(args.mfu, "--mfu")
   bw = _fraction(args.bandwidth_efficiency, "--bandwidth-efficiency")
   for flag in ("flops", "hours", "dollars"):
@@ -711,9 +938,10 @@ def run(args: argparse.Namespace) -> Plan:
   if args.flops is not None:
     plan = plan_flops(args.flops, law, hardware=hw, **kw)
   elif args.hours is not None:
-    plan = plan_time(args.hours * 3600.0, hw, law, budget_dict={"hours": args.hours}, **kw)
+    plan = plan_time(args.hours * 3600.0, hw, law, budget_dict={"hours": args.hours},
+                     calibrate=args.calibrate, **kw)
   else:
-    plan = plan_dollars(args.dollars, hw, law, **kw)
+    plan = plan_dollars(args.dollars, hw, law, calibrate=args.calibrate, **kw)
   return plan
 
 

@@ -223,6 +223,86 @@ def test_hours_budget_converts_time_to_tokens_per_candidate(tmp_path):
   assert comp["flop_optimal"]["predicted_loss"] >= j["predicted_loss"]
 
 
+def _trap_measure(model, trap, slow=3.0, bias=1.3, startup=2.0):
+  """A fake machine: every step takes ``bias`` × the model's time, shape ``trap`` ``slow`` ×."""
+  calls = []
+
+  def measure(shape, gbs):
+    calls.append((shape.d_model, shape.n_layers, gbs))
+    f = slow if (shape.d_model, shape.n_layers) == trap else bias
+    return f * model.predict(shape, gbs), startup
+  return measure, calls
+
+
+def test_calibrate_measures_top_candidates_and_avoids_a_mispredicted_shape(tmp_path):
+  path = tmp_path / "steps.json"
+  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
+  model = hw.load_step_time_model(path)
+  cpu = hw.parse_hardware("cpu")
+  seconds = 0.05 * 3600
+  base = plan_lib.plan_time(seconds, cpu, step_time_model=model, k=50)
+  trap = (base.chosen.shape.d_model, base.chosen.shape.n_layers)
+  measure, calls = _trap_measure(model, trap)
+  p = plan_lib.plan_time(seconds, cpu, step_time_model=model, k=50, calibrate=3, measure=measure)
+  measured = {(c[0], c[1]) for c in calls}
+  assert trap in measured and len(calls) == len(measured) >= 3  # each shape timed once
+  chosen = (p.chosen.shape.d_model, p.chosen.shape.n_layers)
+  assert chosen != trap and chosen in measured
+  # The chosen step time is its measurement; start-up comes out of the budget.
+  t_true = 1.3 * model.predict(p.chosen.shape, p.batch.global_batch_size)
+  assert p.step_time_s == pytest.approx(t_true)
+  assert p.batch.steps == math.floor((seconds - 2.0) / t_true)
+  assert p.seconds == pytest.approx(2.0 + p.batch.steps * t_true) and p.seconds <= seconds
+  # Calibration rows: the model's error on each measured shape; the factor is their median.
+  errs = {(r["d_model"], r["n_layers"]): r["model_error"] for r in p.calibration}
+  assert set(errs) == measured
+  assert errs[trap] == pytest.approx(1 / 3 - 1)
+  assert p.calibration_factor == pytest.approx(1.3)
+  # Unmeasured candidates carry the model's prediction × the factor; no unmeasured one
+  # is predicted to beat the chosen (measured) shape.
+  for c in p.candidates:
+    s = budget.ModelShape(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"],
+                          d_ff=c["d_ff"], vocab_size=257, seq_len=128)
+    if c["step_time_source"] == "model":
+      assert c["step_time_s"] == pytest.approx(1.3 * model.predict(s, c["global_batch_size"]))
+      assert c["predicted_loss"] >= p.predicted_loss
+  assert p.candidates[0]["step_time_source"] == "measured"
+  assert "calibration" in plan_lib.format_plan(p)
+
+
+def test_calibrate_keeps_the_model_pick_when_the_model_is_right(tmp_path):
+  path = tmp_path / "steps.json"
+  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
+  model = hw.load_step_time_model(path)
+  cpu = hw.parse_hardware("cpu")
+  base = plan_lib.plan_time(180.0, cpu, step_time_model=model)
+  measure, calls = _trap_measure(model, trap=None, bias=1.0, startup=0.0)
+  p = plan_lib.plan_time(180.0, cpu, step_time_model=model, calibrate=2, measure=measure)
+  assert (p.chosen, p.D) == (base.chosen, base.D)
+  assert 2 <= len(calls) <= 3  # the top 2 and the FLOP-optimal shape
+
+
+def test_calibrate_times_a_real_step_on_this_machine():
+  s = budget.shape_for(32, 2, vocab_size=257, seq_len=32, accelerator=False)
+  t, startup = plan_lib.measure_step_time(s, 4, hw.parse_hardware("cpu"), warmup_steps=1,
+                                          timed_steps=3)
+  assert 0 < t < startup  # compiling costs more than one tiny step
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--hours", "1", "--hardware", "cpu", "--calibrate", "-1"], "--calibrate must be >= 0"),
+    (["--flops", "1e12", "--calibrate", "2"], "--calibrate times candidates for --hours"),
+    (["--hours", "1", "--hardware", "h100x8", "--calibrate", "1"],
+     "times candidates on this machine.*not h100x8"),
+])
+def test_calibrate_bad_input(tmp_path, argv, match):
+  target = tmp_path / "planned.py"
+  rc, out, err = run_cli(*argv, "--write-config", target)
+  assert rc == 2 and out == "" and not target.exists()
+  lines = [l for l in err.splitlines() if l.strip()]
+  assert len(lines) == 1 and __import__("re").search(match, lines[0]), err
+
+
 def test_wider_shape_beats_flop_optimal_on_h100():
   """Roofline on 8×H100: attention's seq_len² work per layer favours fewer, wider layers."""
   j = plan_json("--hours", 24, "--hardware", "h100x8", "--vocab-size", 32000)
@@ -353,3 +433,5 @@ def test_written_config_validates_and_matches_plan(tmp_path, argv):
   from chinchax import train as train_lib
   spec = train_lib.resolve(cfg, n_devices=1)
   assert (spec.steps, spec.tokens, spec.n_params) == (j["steps"], j["D"], j["N"])
+  if "cpu" in argv:  # CPU plans train on the devices they were timed on
+    assert cfg.mesh.num_cpu_devices == j["hardware"]["n_devices"]
