@@ -15,7 +15,8 @@ import pathlib
 import jax
 import orbax.checkpoint as ocp
 
-MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings")
+MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
+              "scan_layers")
 # Knobs that decide the data order, the schedule or the budget: a resume must keep them, or the
 # run would silently become another run. (Mesh, dtype, attention kernel and remat may change.)
 RESUME_KEYS = (

@@ -52,6 +52,7 @@ def base_config() -> ml_collections.ConfigDict:
   m.compute_dtype = "auto"        # auto = float32 on CPU, bfloat16 on GPU/TPU; params stay float32
   m.attention = "auto"            # auto | xla (einsum+softmax) | cudnn (jax.nn.dot_product_attention) | splash (Pallas, TPU)
   m.remat = "none"                # none | full | dots (save matmul outputs) rematerialisation
+  m.scan_layers = False           # stack layers on a leading axis and nnx.scan them: compile time independent of n_layers (checkpoint layout differs)
 
   c.train = t = ml_collections.ConfigDict()
   t.global_batch_size = 16        # sequences per step, summed over all devices and processes
@@ -146,7 +147,7 @@ def get_variant(name: str) -> ml_collections.ConfigDict:
     return c
   if name == "125m":
     c.workdir = "runs/125m"
-    c.model.update(d_model=768, n_layers=12, n_heads=12, d_ff=2048)
+    c.model.update(d_model=768, n_layers=12, n_heads=12, d_ff=2048, scan_layers=True)
     c.train.update(global_batch_size=256, seq_len=1024, peak_lr=6e-4, warmup_steps=500,
                    eval_every=1000, checkpoint_every=1000, log_every=50)
     return c
@@ -281,7 +282,7 @@ def get_bench_variant(name: str) -> ml_collections.ConfigDict:
                         attention="cudnn,xla", compute_dtype="bfloat16")
     s.small = bench_sweep("m125", global_batch_size="32,16", seq_len="1024",
                           attention="cudnn,xla", compute_dtype="bfloat16")
-    c.train_config.model.vocab_size = 32768
+    c.train_config.model.update(vocab_size=32768, scan_layers=True)  # compile once per shape, not per layer
     c.train_config.mesh.num_cpu_devices = 0
     return c
   if name == "tiny":
@@ -419,6 +420,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   _check_choice(m.compute_dtype, COMPUTE_DTYPES, "model.compute_dtype")
   _check_choice(m.attention, ATTENTION_IMPLS, "model.attention")
   _check_choice(m.remat, REMAT_POLICIES, "model.remat")
+  if not isinstance(m.scan_layers, bool):
+    raise ConfigError(f"model.scan_layers={m.scan_layers!r} must be True or False")
 
   _check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:

@@ -36,7 +36,8 @@ K head_dim, F d_ff, V vocab, i the layer)::
 
 With tied embeddings ``lm_head.weight`` is omitted and ``tie_word_embeddings``
 is true. Row h·K + k of q/k/v_proj is head h, dimension k, as HF's
-``view(B, T, H, K)`` expects.
+``view(B, T, H, K)`` expects. A ``model.scan_layers`` run stores ``blocks.*``
+stacked [n_layers, ...]; layer i is row i of each.
 """
 
 from __future__ import annotations
@@ -145,7 +146,15 @@ def model_config(run: dict):
       vocab_size=sig["vocab_size"], d_model=sig["d_model"], n_layers=sig["n_layers"],
       n_heads=sig["n_heads"], d_ff=sig["d_ff"], tie_embeddings=sig["tie_embeddings"],
       rope_theta=m["rope_theta"], norm_eps=m["norm_eps"], init_std=m["init_std"],
-      compute_dtype="float32", attention="xla", remat="none")
+      compute_dtype="float32", attention="xla", remat="none",
+      scan_layers=bool(sig.get("scan_layers", False)))
+
+
+def _layer(tree, i: int):
+  """Layer ``i`` of a stacked (``model.scan_layers``) parameter tree: every leaf's [i]."""
+  if isinstance(tree, dict):
+    return {k: _layer(v, i) for k, v in tree.items()}
+  return np.asarray(tree)[i]
 
 
 def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
@@ -153,8 +162,11 @@ def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
   D, H, K = cfg.d_model, cfg.n_heads, cfg.d_model // cfg.n_heads
   f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))
   out = {"model.embed_tokens.weight": f32(params["embed_VD"])}
+  blocks = params["blocks"]
+  stacked = "0" not in blocks  # model.scan_layers: every leaf is [n_layers, ...]
   for i in range(cfg.n_layers):
-    b, pre = params["blocks"][str(i)], f"model.layers.{i}."
+    pre = f"model.layers.{i}."
+    b = _layer(blocks, i) if stacked else blocks[str(i)]
     attn, mlp = b["attn"], b["mlp"]
     out[pre + "input_layernorm.weight"] = f32(b["attn_norm"]["scale"])
     for name, w in (("q", attn["wq_DHK"]), ("k", attn["wk_DHK"]), ("v", attn["wv_DHK"])):

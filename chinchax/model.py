@@ -12,8 +12,15 @@ Tensor names carry their shapes. Letters:
 e.g. ``x_BTD`` is the residual stream, ``logits_BTV`` the output logits.
 
 Every parameter carries logical axis names in its ``out_sharding`` metadata,
-drawn from ``batch, seq, embed, heads, kv, mlp, vocab``; ``chinchax.sharding``
+drawn from ``layers, embed, heads, kv, mlp, vocab``; ``chinchax.sharding``
 maps them onto mesh axes through one rules table. No mesh axis name appears here.
+
+Layers are either a list of blocks run by a Python loop (``scan_layers=False``:
+parameters ``blocks/0/...``, ``blocks/1/...``) or one block whose parameters
+are stacked on a leading ``layers`` axis [L, ...] and run by ``nnx.scan``
+(``scan_layers=True``: parameters ``blocks/...``). Both compute the same
+function; scanning makes the compiled program, and its compile time,
+independent of ``n_layers``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class ModelConfig:
   compute_dtype: str = "float32"
   attention: str = "xla"
   remat: str = "none"
+  scan_layers: bool = False
 
   @property
   def head_dim(self) -> int:
@@ -157,7 +165,15 @@ class Transformer(nnx.Module):
     self.cfg = cfg
     V, D = cfg.vocab_size, cfg.d_model
     self.embed_VD = _param(rngs, (V, D), cfg.init_std, ("vocab", "embed"))
-    self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layers)])
+    if cfg.scan_layers:
+      @nnx.split_rngs(splits=cfg.n_layers)
+      @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: "layers"})
+      def stacked_blocks(rngs: nnx.Rngs) -> Block:
+        return Block(cfg, rngs)
+
+      self.blocks = stacked_blocks(rngs)
+    else:
+      self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layers)])
     self.final_norm = RMSNorm(D, cfg.norm_eps)
     if not cfg.tie_embeddings:
       self.head_DV = _param(rngs, (D, V), cfg.init_std, ("embed", "vocab"))
@@ -176,8 +192,16 @@ class Transformer(nnx.Module):
       block_fn = nnx.remat(block_fn)
     elif cfg.remat == "dots":
       block_fn = nnx.remat(block_fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
-    for block in self.blocks:
-      x_BTD = block_fn(block, x_BTD)
+    if cfg.scan_layers:
+      @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
+                transform_metadata={nnx.PARTITION_NAME: "layers"})
+      def run_layers(block, x_BTD):
+        return block_fn(block, x_BTD)
+
+      x_BTD = run_layers(self.blocks, x_BTD)
+    else:
+      for block in self.blocks:
+        x_BTD = block_fn(block, x_BTD)
     x_BTD = self.final_norm(x_BTD)
     if cfg.tie_embeddings:
       head_DV = self.embed_VD[...].T

@@ -23,6 +23,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # Ordered rules: logical axis → mesh axis (or tuple of mesh axes, or None).
 LOGICAL_AXIS_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("batch", ("data", "fsdp")),
+    ("layers", None),  # the stacked-layer axis of model.scan_layers: every device holds all layers
     ("seq", None),
     ("embed", "fsdp"),
     ("heads", "tensor"),

@@ -117,7 +117,8 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
       vocab_size=vocab, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, d_ff=m.d_ff,
       tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, norm_eps=m.norm_eps,
       init_std=m.init_std, compute_dtype=dtype,
-      attention=attention_lib.resolve_impl(m.attention, backend, dtype), remat=m.remat)
+      attention=attention_lib.resolve_impl(m.attention, backend, dtype), remat=m.remat,
+      scan_layers=bool(m.scan_layers))
   t, b = config.train, config.budget
   counts = budget.param_counts(mcfg.shape(t.seq_len))
   n = counts.total if b.n_kind == "total" else counts.non_embedding

@@ -1,7 +1,9 @@
 """chinchax export: HF Llama safetensors whose numpy forward pass reproduces chinchax's logits."""
 
+import dataclasses
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -74,6 +76,15 @@ def test_mapping_with_large_random_weights(tied):
   ref = export.chinchax_logits(params, cfg, tokens)
   got = export.numpy_forward(tensors, hf, tokens)
   assert ref.std() > 1.0 and np.abs(got - ref).max() < 1e-4
+  # A model.scan_layers run stores the blocks stacked [n_layers, ...]: same tensors, same model.
+  stacked = dict(params, blocks=jax.tree.map(lambda *xs: np.stack(xs), params["blocks"]["0"],
+                                              params["blocks"]["1"]))
+  tensors_stacked = export.to_llama(stacked, cfg)
+  assert tensors_stacked.keys() == tensors.keys()
+  for k in tensors:
+    np.testing.assert_array_equal(tensors_stacked[k], tensors[k])
+  scan_cfg = dataclasses.replace(cfg, scan_layers=True)
+  np.testing.assert_allclose(export.chinchax_logits(stacked, scan_cfg, tokens), ref, atol=1e-4)
   # Interleaved-pair RoPE (the layout HF's Meta conversion permutes for) would not match.
   perm = np.concatenate([np.arange(0, K, 2), np.arange(1, K, 2)])
   wrong = dict(tensors)

@@ -103,6 +103,23 @@ def test_sharded_runs_equal_one_device(tiny_config, tmp_path):
       assert results[name][s] == pytest.approx(results["one"][s], abs=1e-5), (name, s)
 
 
+def test_scanned_layers_sharded_equal_one_device(tiny_config, tmp_path):
+  """model.scan_layers on mesh (fsdp=4, tensor=2) gives the 1-device losses to 1e-5."""
+  results = {}
+  for name, mesh, n in [("one", (1, 1, 1), 1), ("fsdp_tp", (1, 4, 2), 8)]:
+    c = tiny_config.copy_and_resolve_references()
+    c.workdir = str(tmp_path / name)
+    c.model.scan_layers = True
+    c.budget.steps = 4
+    c.train.log_every = 1
+    c.mesh.update(data=mesh[0], fsdp=mesh[1], tensor=mesh[2])
+    train_lib.train(c, devices=jax.devices()[:n], verbose=False)
+    results[name] = _losses(c.workdir)
+  assert sorted(results["one"]) == [1, 2, 3, 4]
+  for s in range(1, 5):
+    assert results["fsdp_tp"][s] == pytest.approx(results["one"][s], abs=1e-5), s
+
+
 def test_state_is_really_sharded():
   c = config_lib.get_variant("tiny")
   c.model.update(d_model=64, d_ff=128)
