@@ -80,7 +80,7 @@ CSV_COLUMNS = (
     "name", "sweeps", "status", "model", "d_model", "n_layers", "n_heads", "d_ff", "vocab_size",
     "params_total", "params_non_embedding", "global_batch_size", "seq_len", "tokens_per_step",
     "attention_requested", "attention", "mesh", "mesh_data", "mesh_fsdp", "mesh_tensor",
-    "n_devices", "remat", "compute_dtype", "compile_s", "first_step_s", "step_time_s",
+    "n_devices", "remat", "compute_dtype", "scan_layers", "compile_s", "first_step_s", "step_time_s",
     "step_time_min_s", "step_time_max_s", "step_time_p10_s", "step_time_p90_s",
     "step_time_std_s", "step_time_spread", "timed_steps", "tokens_per_s", "model_flops_per_step",
     "model_flops_per_s", "peak_flops", "mfu", "memory_peak_bytes", "memory_source",
@@ -351,8 +351,9 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   m, counts = spec.model, spec.counts
   row.update(vocab_size=m.vocab_size, params_total=counts.total,
              params_non_embedding=counts.non_embedding, attention=m.attention,
-             compute_dtype=m.compute_dtype, mesh_data=spec.mesh["data"],
-             mesh_fsdp=spec.mesh["fsdp"], mesh_tensor=spec.mesh["tensor"],
+             compute_dtype=m.compute_dtype, scan_layers=m.scan_layers,
+             mesh_data=spec.mesh["data"], mesh_fsdp=spec.mesh["fsdp"],
+             mesh_tensor=spec.mesh["tensor"],
              tokens_per_step=spec.tokens_per_step)
   try:
     mesh = sharding_lib.make_mesh(spec.mesh, devices)
