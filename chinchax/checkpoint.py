@@ -159,7 +159,8 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
     if k in now and now[k] != v:
       raise CheckpointError(
           f"workdir {workdir} holds a checkpoint of a model with model.{k}={v!r}, but the config "
-          f"says model.{k}={now[k]!r}; use another workdir or the saved shape")
+          f"says model.{k}={now[k]!r}; use another workdir or the saved "
+          f"{'layout' if k == 'scan_layers' else 'shape'}")
   saved_cfg = payload.get("config", {})
   changed = []
   for key in RESUME_KEYS:

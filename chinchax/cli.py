@@ -17,6 +17,7 @@ boundary and exits with status 75 (relaunch to resume; ``chinchax.distributed``)
 from __future__ import annotations
 
 import os
+import re
 import pathlib
 import sys
 
@@ -86,7 +87,10 @@ def _parse_config(argv: list[str], default: pathlib.Path, prog: str):
     lines = [l.strip().strip("'\"") for l in text.strip().splitlines() if l.strip().strip("'\"")]
     if len(lines) >= 2 and lines[-1].startswith("Did you mean"):
       lines = [f"unknown config key {lines[-2]!r}; {lines[-1][0].lower() + lines[-1][1:]}"]
-    print(f"error: {lines[-1] if lines else type(e).__name__}", file=sys.stderr)
+    line = lines[-1] if lines else type(e).__name__
+    line = re.sub(r"\('Non-boolean argument to boolean flag', '(.*)'\)",
+                  r"'\1' is not a boolean; use True or False", line)
+    print(f"error: {line}", file=sys.stderr)
     return None
   if len(rest) > 1:
     print(f"error: unexpected argument(s) {' '.join(rest[1:])!r}; options look like "

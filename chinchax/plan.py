@@ -88,6 +88,31 @@ class Measurement:
     return self.model_step_time_s / self.step_time_s - 1.0
 
 
+def local_devices_for(hardware: hardware_lib.Hardware) -> list:
+  """The first ``hardware.n_devices`` local JAX devices, if this machine is ``hardware``.
+
+  Raises:
+    PlanError: the local devices are another kind, or too few.
+  """
+  import jax
+  from chinchax import bench as bench_lib
+
+  devices = jax.devices()
+  backend = jax.default_backend()
+  local = bench_lib.match_accelerator(devices[0].device_kind, backend,
+                                      hardware_lib.load_accelerators())
+  if local is None or local.name != hardware.accelerator.name:
+    raise PlanError(f"--calibrate times candidates on this machine, which has "
+                    f"{len(devices)}× {devices[0].device_kind} ({backend}), not "
+                    f"{hardware.spec}; plan without --calibrate or run where the hardware is")
+  if len(devices) < hardware.n_devices:
+    raise PlanError(f"--calibrate needs {hardware.n_devices} local devices for {hardware.spec}, "
+                    f"this process has {len(devices)}"
+                    + (f" (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
+                       f"{hardware.n_devices})" if backend == "cpu" else ""))
+  return devices[:hardware.n_devices]
+
+
 def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_batch_size: int,
                       hardware: hardware_lib.Hardware, *, warmup_steps: int = 3,
                       timed_steps: int = 20) -> tuple[float, float]:
@@ -104,24 +129,11 @@ def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_b
     PlanError: the local devices are not ``hardware`` (kind or count), or the
       step fails to compile or run (the message carries XLA's error).
   """
-  import jax
   from chinchax import bench as bench_lib
   from chinchax import config as config_lib
 
   shape = getattr(shape, "shape", shape)
-  devices = jax.devices()
-  backend = jax.default_backend()
-  local = bench_lib.match_accelerator(devices[0].device_kind, backend,
-                                      hardware_lib.load_accelerators())
-  if local is None or local.name != hardware.accelerator.name:
-    raise PlanError(f"--calibrate times candidates on this machine, which has "
-                    f"{len(devices)}× {devices[0].device_kind} ({backend}), not "
-                    f"{hardware.spec}; plan without --calibrate or run where the hardware is")
-  if len(devices) < hardware.n_devices:
-    raise PlanError(f"--calibrate needs {hardware.n_devices} local devices for {hardware.spec}, "
-                    f"this process has {len(devices)}"
-                    + (" (on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N)"
-                       if backend == "cpu" else ""))
+  devices = local_devices_for(hardware)
   c = config_lib.base_config()
   c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
                  n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
@@ -129,7 +141,7 @@ def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_b
   c.budget.update(mode="steps", steps=warmup_steps + timed_steps + 1)
   t0 = time.perf_counter()
   row = bench_lib.measure_point(c, warmup_steps=warmup_steps, timed_steps=timed_steps,
-                                devices=devices[:hardware.n_devices])
+                                devices=devices)
   wall = time.perf_counter() - t0
   if row.get("status") != "ok":
     raise PlanError(f"--calibrate: the train step of d_model {shape.d_model} × {shape.n_layers} "
@@ -411,7 +423,7 @@ def _rank_key(tc: TimedCandidate, has_loss: bool):
 def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
               vocab_size: int = 257, seq_len: int | None = None, step_time_model: Any = None,
               k: int = 5, mode: str = "hours", budget_dict: dict | None = None,
-              calibrate: int = 0, measure: Any = None) -> Plan:
+              calibrate: int = 0, measure: Any = None, progress: Any = None) -> Plan:
   """Plans a run for a wall-clock budget on ``hardware`` (Time Matters, Inbar & Sernau 2024).
 
   Args:
@@ -429,6 +441,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
       of the budget. 0 trusts the model.
     measure: ``(ModelShape, global_batch_size) -> (step_time_s, startup_s)``
       for calibration (default :func:`measure_step_time` on ``hardware``).
+    progress: called with a line before each calibration measurement.
   Returns:
     The :class:`Plan` of the best candidate, with ``comparison`` holding the
     FLOP-optimal shape, the best shape and the loss difference.
@@ -473,8 +486,8 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
           pool[key] = _evaluate(cand, seconds, C, law, model, hardware)
   ranked = sorted(pool.values(), key=lambda tc: _rank_key(tc, has_loss))
   if calibrate:
-    ranked, flop_opt, factor = _calibrate(ranked, flop_opt, calibrate, measure, seconds, C,
-                                          law, model, hardware, has_loss)
+    ranked, flop_opt, factor, notes = _calibrate(ranked, flop_opt, calibrate, measure, seconds,
+                                                 C, law, model, hardware, has_loss, progress)
   best = ranked[0]
   alloc = budget.allocate(C, law)
   plan = Plan(mode=mode, budget=budget_dict or {"hours": seconds / 3600.0}, law=law,
@@ -488,6 +501,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
     plan.step_time_model = (f"measured on this machine (--calibrate {calibrate}); unmeasured "
                             f"shapes: {factor:.3g} × {plan.step_time_model}")
     plan.calibration_factor = factor
+    plan.warnings.extend(notes)
     plan.calibration = [
         {"d_model": tc.candidate.shape.d_model, "n_layers": tc.candidate.shape.n_layers,
          "global_batch_size": tc.batch.global_batch_size,
@@ -515,18 +529,20 @@ class _ScaledStepTime:
 
 def _calibrate(ranked: list[TimedCandidate], flop_opt: TimedCandidate, k: int, measure: Any,
                seconds: float, C: float, law: Any, model: Any,
-               hardware: hardware_lib.Hardware, has_loss: bool):
+               hardware: hardware_lib.Hardware, has_loss: bool, progress: Any = None):
   """Measures candidates until the best one is a measured one.
 
   First the model's top ``k`` and the FLOP-optimal shape are measured; the
   unmeasured candidates' predictions are then multiplied by the median
   measured/predicted ratio (the model's bias on this machine), everything is
   re-ranked, and while the best is unmeasured it is measured too (at most
-  ``k + 4`` more). Only a measured candidate can be chosen.
+  ``k`` more). Only a measured candidate can be chosen.
 
   Returns:
     (all candidates, measured and corrected, best first; the FLOP-optimal
-    candidate with its measurement; the correction factor)
+    candidate with its measurement; the correction factor; warnings)
+  Raises:
+    PlanError: no measured candidate finishes a step once its start-up is paid.
   """
   if measure is None:
     measure = functools.partial(measure_step_time, hardware=hardware)
@@ -539,7 +555,11 @@ def _calibrate(ranked: list[TimedCandidate], flop_opt: TimedCandidate, k: int, m
   measured: dict[tuple[int, int], TimedCandidate] = {}
 
   def measure_one(tc):
-    t, startup = measure(tc.candidate.shape, tc.batch.global_batch_size)
+    s = tc.candidate.shape
+    if progress is not None:
+      progress(f"timing d_model {s.d_model} × {s.n_layers} layers, batch "
+               f"{tc.batch.global_batch_size} (shape {len(measured) + 1})")
+    t, startup = measure(s, tc.batch.global_batch_size)
     m = Measurement(float(t), float(startup), tc.step_time_s)
     measured[key(tc)] = _evaluate(tc.candidate, seconds, C, law, model, hardware, measured=m)
 
@@ -555,13 +575,28 @@ def _calibrate(ranked: list[TimedCandidate], flop_opt: TimedCandidate, k: int, m
                for kk, tc in by_key.items()]
     current.sort(key=lambda tc: _rank_key(tc, has_loss))
     best = current[0]
-    if key(best) in measured or extra >= k + 4 or best.tokens <= 0:
+    if key(best) in measured or extra >= k or best.tokens <= 0:
       break
     measure_one(by_key[key(best)])
     extra += 1
   chosen = min(measured.values(), key=lambda tc: _rank_key(tc, has_loss))
+  if chosen.tokens <= 0:
+    m = chosen.measured
+    raise PlanError(
+        f"{seconds:.4g} s is not enough for one training step once start-up is paid: the "
+        f"measured shapes need {min(tc.measured.startup_s for tc in measured.values()):.3g} s "
+        f"or more to start (set-up, compile, first step) and {m.step_time_s:.3g} s per step; "
+        f"raise the budget or plan without --calibrate")
+  notes = []
+  better = [tc for tc in current if key(tc) not in measured and tc.tokens > 0
+            and _rank_key(tc, has_loss) < _rank_key(chosen, has_loss)]
+  if better:
+    s = better[0].candidate.shape
+    notes.append(f"calibration stopped after {len(measured)} timed shapes; the unmeasured "
+                 f"d_model {s.d_model} × {s.n_layers} layers is predicted better than the chosen "
+                 f"one (from the corrected model); rerun with a larger --calibrate to time it")
   return ([chosen] + [tc for tc in current if key(tc) != key(chosen)], measured[key(flop_opt)],
-          factor)
+          factor, notes)
 
 
 def _compare(flop_opt: TimedCandidate, best: TimedCandidate, has_loss: bool) -> dict:
@@ -575,8 +610,9 @@ def _compare(flop_opt: TimedCandidate, best: TimedCandidate, has_loss: bool) -> 
          "throughput_ratio": (best.batch.tokens_per_step / best.step_time_s)
          / (flop_opt.batch.tokens_per_step / flop_opt.step_time_s)}
   if same:
-    out["summary"] = ("the FLOP-optimal shape is also the best in this time: no other shape "
-                      "reaches a lower predicted loss")
+    which = "timed shape" if best.measured is not None else "shape"
+    out["summary"] = (f"the FLOP-optimal shape is also the best in this time: no other {which} "
+                      f"reaches a lower predicted loss")
     return out
   size_ratio = best.candidate.N / flop_opt.candidate.N
   if size_ratio > 1.25:
@@ -619,7 +655,7 @@ def _memory_warning(plan: Plan, hardware: hardware_lib.Hardware,
 def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
                  vocab_size: int = 257, seq_len: int | None = None, step_time_model: Any = None,
                  k: int = 5, curve: tuple[float, ...] = DOLLAR_CURVE, calibrate: int = 0,
-                 measure: Any = None) -> Plan:
+                 measure: Any = None, progress: Any = None) -> Plan:
   """Plans a run for a dollar budget: dollars → hours at the table's price → :func:`plan_time`.
 
   Adds ``dollar_curve``: the best predicted loss (and tokens, N) at each
@@ -637,7 +673,7 @@ def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEF
   kw = dict(vocab_size=vocab_size, seq_len=seq_len, step_time_model=step_time_model)
   plan = plan_time(dollars / price * 3600.0, hardware, law, k=k, mode="dollars",
                    budget_dict={"dollars": dollars, "hours": dollars / price},
-                   calibrate=calibrate, measure=measure, **kw)
+                   calibrate=calibrate, measure=measure, progress=progress, **kw)
   points = []
   for m in curve:
     if m == 1.0:
@@ -937,12 +973,32 @@ def run(args: argparse.Namespace) -> Plan:
             step_time_model=model)
   if args.flops is not None:
     plan = plan_flops(args.flops, law, hardware=hw, **kw)
-  elif args.hours is not None:
-    plan = plan_time(args.hours * 3600.0, hw, law, budget_dict={"hours": args.hours},
-                     calibrate=args.calibrate, **kw)
   else:
-    plan = plan_dollars(args.dollars, hw, law, calibrate=args.calibrate, **kw)
+    if args.calibrate:
+      kw.update(calibrate=args.calibrate, progress=lambda line: print(
+          f"chinchax plan: {line}", file=sys.stderr, flush=True))
+      if hw.accelerator.kind == "cpu":
+        _expose_cpu_devices(hw.n_devices)
+      local_devices_for(hw)  # the wrong machine is refused before any planning
+    if args.hours is not None:
+      plan = plan_time(args.hours * 3600.0, hw, law, budget_dict={"hours": args.hours}, **kw)
+    else:
+      plan = plan_dollars(args.dollars, hw, law, **kw)
   return plan
+
+
+def _expose_cpu_devices(n: int) -> None:
+  """Makes ``n`` virtual CPU devices visible for --calibrate on ``cpuxN``, if JAX has not started.
+
+  Once JAX's backend runs (e.g. in-process callers), its device count is kept
+  and :func:`measure_step_time` says what is missing.
+  """
+  import jax
+  if n > 1:
+    try:
+      jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:
+      pass
 
 
 def main(argv: list[str] | None = None) -> int:

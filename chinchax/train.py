@@ -371,7 +371,8 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
   return "\n".join([
       f"model   d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} d_ff={m.d_ff} "
       f"vocab_size={m.vocab_size} seq_len={spec.seq_len} tied={m.tie_embeddings} "
-      f"compute={m.compute_dtype} attention={m.attention} remat={m.remat}",
+      f"compute={m.compute_dtype} attention={m.attention} remat={m.remat}"
+      f"{' scan_layers' if m.scan_layers else ''}",
       f"params  total={c.total:,} non_embedding={c.non_embedding:,} embedding={c.embedding:,}"
       f"  (N for the budget: {spec.n_kind} = {spec.n_params:,})",
       f"budget  mode={config.budget.mode} target D={spec.target_tokens:,.0f} tokens -> "
@@ -593,7 +594,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
        f" = {summary['final_eval_bits_per_byte']:.3f} bits/byte")
   say(f"        val unigram entropy {unigram:.4f} nats/token = "
        f"{summary['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
-       f"{100 * summary['eval_below_unigram']:.1f}% below it")
+       f"{100 * abs(summary['eval_below_unigram']):.1f}% "
+       f"{'below' if summary['eval_below_unigram'] >= 0 else 'above'} it")
   say(f"speed   {tps:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step, MFU {100 * mfu:.2f}% "
        f"(peak {peak_total:.3g} FLOP/s: {peak_src}); wall {summary['wall_s']:.1f}s")
   return summary

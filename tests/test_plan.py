@@ -282,6 +282,38 @@ def test_calibrate_keeps_the_model_pick_when_the_model_is_right(tmp_path):
   assert 2 <= len(calls) <= 3  # the top 2 and the FLOP-optimal shape
 
 
+def test_calibrate_refuses_a_budget_that_start_up_eats(tmp_path):
+  path = tmp_path / "steps.json"
+  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
+  model = hw.load_step_time_model(path)
+  measure, calls = _trap_measure(model, trap=None, bias=1.0, startup=10.0)
+  with pytest.raises(plan_lib.PlanError, match=r"5 s is not enough.*10 s or more to start"):
+    plan_lib.plan_time(5.0, hw.parse_hardware("cpu"), step_time_model=model, calibrate=2,
+                       measure=measure)
+  assert calls  # measured, then refused: no 0-step plan
+
+
+def test_calibrate_warns_when_an_unmeasured_shape_looks_better(tmp_path):
+  """With the timing cap reached, a better-looking unmeasured shape is named, not hidden."""
+  path = tmp_path / "steps.json"
+  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
+  model = hw.load_step_time_model(path)
+  cpu = hw.parse_hardware("cpu")
+  lines = []
+  calls = []
+
+  def measure(shape, gbs):  # every shape timed is slow; unmeasured ones look fast
+    calls.append(shape)
+    return 4.0 * model.predict(shape, gbs) * (1 + len(calls)), 0.0
+
+  p = plan_lib.plan_time(600.0, cpu, step_time_model=model, k=50, calibrate=1, measure=measure,
+                         progress=lines.append)
+  assert len(calls) <= 3 and len(lines) == len(calls)  # top 1, FLOP-optimal, at most 1 more
+  assert lines[0].startswith("timing d_model ")
+  assert p.candidates[0]["step_time_source"] == "measured"
+  assert any("calibration stopped" in w for w in p.warnings)
+
+
 def test_calibrate_times_a_real_step_on_this_machine():
   s = budget.shape_for(32, 2, vocab_size=257, seq_len=32, accelerator=False)
   t, startup = plan_lib.measure_step_time(s, 4, hw.parse_hardware("cpu"), warmup_steps=1,
