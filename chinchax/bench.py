@@ -675,6 +675,12 @@ def run_bench(cfg, points: list[Point] | None = None, *, verbose: bool = True) -
   _say(verbose, f"wrote   {workdir}/results.jsonl, results.csv, summary.md, bench.json"
                 + (", step_time.json" if fits and fits.get("path") else "")
                 + "".join(f", {p.name}" for p in plots) + f" ({meta['wall_s']:.0f} s)")
+  if not b.fit_sweep:
+    _say(verbose, "fit     none: bench.fit_sweep is empty, so no step_time.json for plan "
+                  "--step-time-model (name a sweep, e.g. --config.bench.fit_sweep=size)")
+  elif not (fits and fits.get("path")):
+    why = (fits or {}).get("skipped", "no fit")
+    _say(verbose, f"fit     none: {why}, so no step_time.json")
   if fits and fits.get("heldout"):
     for key, res in fits["heldout"].items():
       _say(verbose, f"fit     {key}: held-out mean |error| {100 * res['mean_abs_error']:.1f}% "
