@@ -69,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
   args = build_parser().parse_args(argv)
   say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
   err = lambda msg: print(f"chinchax fit: error: {msg}", file=sys.stderr)  # noqa: E731
-  if args.bootstrap < 0:
-    err(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    return 2
+  for flag, value, low in (("--bootstrap", args.bootstrap, 0), ("--jobs", args.jobs, 1),
+                           ("--drop-highest-loss", args.drop_highest_loss, 0),
+                           ("--min-budgets", args.min_budgets, 1)):
+    if value < low:
+      err(f"{flag} must be >= {low}, got {value}")
+      return 2
   try:
     compare = [laws.get_law(name) for name in (args.compare or list(laws.PUBLISHED_LAWS))]
   except ValueError as e:

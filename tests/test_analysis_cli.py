@@ -104,6 +104,11 @@ def test_bad_input_errors(tmp_path, capsys):
   assert cli.main([str(p), "--compare", "gpt5"]) == 2
   err = capsys.readouterr().err
   assert "unknown law 'gpt5'" in err and "chinchilla-approach3" in err
+  for flag, value in (("--jobs", "0"), ("--drop-highest-loss", "-1"), ("--bootstrap", "-2"),
+                      ("--min-budgets", "0")):
+    assert cli.main([str(p), flag, value, "--out", str(tmp_path / "bad")]) == 2
+    assert f"{flag} must be >= " in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_python_dash_m_entry_point(ladder, tmp_path):
