@@ -121,7 +121,7 @@ def main():
     rows.append({"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads,
                  "d_ff": s.d_ff, "vocab_size": V, "seq_len": SEQ, "global_batch_size": gbs,
                  "tie_embeddings": True, "step_time_s": r["step_time_s"],
-                 "step_time_spread": r["step_time_spread"]})
+                 "startup_s": r["startup_s"], "step_time_spread": r["step_time_spread"]})
     print(json.dumps(rows[-1]), flush=True)
   prof = hw.ExecutionProfile.for_kind("cpu")
   errs = hw.heldout_errors(rows, HELD_OUT, profile=prof)

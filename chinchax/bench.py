@@ -80,7 +80,8 @@ CSV_COLUMNS = (
     "name", "sweeps", "status", "model", "d_model", "n_layers", "n_heads", "d_ff", "vocab_size",
     "params_total", "params_non_embedding", "global_batch_size", "seq_len", "tokens_per_step",
     "attention_requested", "attention", "mesh", "mesh_data", "mesh_fsdp", "mesh_tensor",
-    "n_devices", "remat", "compute_dtype", "scan_layers", "compile_s", "first_step_s", "step_time_s",
+    "n_devices", "remat", "compute_dtype", "scan_layers", "compile_s", "first_step_s",
+    "startup_s", "step_time_s",
     "step_time_min_s", "step_time_max_s", "step_time_p10_s", "step_time_p90_s",
     "step_time_std_s", "step_time_spread", "timed_steps", "tokens_per_s", "model_flops_per_step",
     "model_flops_per_s", "peak_flops", "mfu", "memory_peak_bytes", "memory_source",
@@ -331,7 +332,9 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
     seed: seed of the random token batches.
   Returns:
     a result row: ``status`` (one of :data:`STATUSES`), and for ``ok`` the
-    timings (seconds), tokens/s, MFU, memory (bytes per device) and XLA costs.
+    timings (seconds; ``startup_s`` runs from this call to the end of the
+    first step: set-up, tracing, compilation, state init, first step),
+    tokens/s, MFU, memory (bytes per device) and XLA costs.
     Failures carry ``error``. Nothing raises for a failing point.
   """
   import jax
@@ -340,6 +343,7 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   from chinchax import sharding as sharding_lib
   from chinchax import train as train_lib
 
+  t_begin = time.perf_counter()
   devices = list(jax.devices() if devices is None else devices)
   n = len(devices)
   row: dict[str, Any] = {"n_devices": n, "backend": jax.default_backend(),
@@ -411,6 +415,7 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
     t = time.perf_counter()
     metrics = jax.block_until_ready(dispatch(0))
     row["first_step_s"] = time.perf_counter() - t
+    row["startup_s"] = time.perf_counter() - t_begin
     row["loss_first"] = float(jax.device_get(metrics["loss"]))
     for i in range(warmup_steps):
       jax.block_until_ready(dispatch(i + 1))
@@ -702,7 +707,7 @@ def _measurement(r: dict) -> dict:
   return {"d_model": r["d_model"], "n_layers": r["n_layers"], "n_heads": r["n_heads"],
           "d_ff": r["d_ff"], "vocab_size": r["vocab_size"], "seq_len": r["seq_len"],
           "global_batch_size": r["global_batch_size"], "tie_embeddings": True,
-          "step_time_s": r["step_time_s"]}
+          "step_time_s": r["step_time_s"], "startup_s": r["startup_s"]}
 
 
 def heldout_indices(n: int, k: int) -> list[int]:

@@ -37,8 +37,9 @@ Step-time file format (JSON), written by a benchmark and read by
     "measurements": [             # at least 3 rows (to fit t0, a, b)
       {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 336,
        "vocab_size": 257, "seq_len": 128, "global_batch_size": 16,
-       "tie_embeddings": true, "step_time_s": 0.041}
-    ],
+       "tie_embeddings": true, "step_time_s": 0.041,
+       "startup_s": 6.5}          # optional: seconds before the steady state (set-up,
+    ],                            # compile, first step); a time budget pays it once
     "fit": {"intercept_s": 0.002, "s_per_flop": 1e-11, "s_per_byte": 1e-10}
                                   # optional: use these instead of fitting
   }
@@ -437,12 +438,20 @@ class LinearStepTime:
 
 @dataclasses.dataclass(frozen=True)
 class MeasuredStepTime:
-  """Measured step times for measured (shape, batch) pairs; a fitted linear model elsewhere."""
+  """Measured step times for measured (shape, batch) pairs; a fitted linear model elsewhere.
+
+  Attributes:
+    table: step seconds by :meth:`key`.
+    fallback: the fitted model for unmeasured steps.
+    source: where the measurements came from.
+    startup_table: start-up seconds by :meth:`key`, for rows that carry ``startup_s``.
+  """
 
   table: dict
   fallback: LinearStepTime
   source: str = ""
   name: str = "measured"
+  startup_table: dict = dataclasses.field(default_factory=dict)
 
   @staticmethod
   def key(shape: budget.ModelShape, global_batch_size: int) -> tuple:
@@ -453,6 +462,14 @@ class MeasuredStepTime:
     """Seconds per step: the measurement if this exact step was measured, else the fit."""
     hit = self.table.get(self.key(shape, global_batch_size))
     return float(hit) if hit is not None else self.fallback.predict(shape, global_batch_size)
+
+  def startup_s(self, shape: budget.ModelShape, global_batch_size: int) -> float:
+    """Seconds a run spends before its steady state: the measurement for this exact step,
+    else the median of the measured start-ups, else 0 (the file has none)."""
+    hit = self.startup_table.get(self.key(shape, global_batch_size))
+    if hit is not None:
+      return float(hit)
+    return float(np.median(list(self.startup_table.values()))) if self.startup_table else 0.0
 
   def describe(self) -> str:
     return (f"measured step times ({len(self.table)} shapes from {self.source or 'a table'}), "
@@ -575,11 +592,17 @@ def load_step_time_model(path: str | pathlib.Path) -> MeasuredStepTime:
                           f"{e!r}") from None
   else:
     linear = fit_linear_step_time(rows, profile=profile, n_devices=n_devices)
-  table = {}
+  table, startup = {}, {}
   for r in rows:
     shape, gbs, t = measurement_shape(r)
     table[MeasuredStepTime.key(shape, gbs)] = t
-  return MeasuredStepTime(table=table, fallback=linear, source=str(path))
+    if r.get("startup_s") is not None:
+      s = r["startup_s"]
+      if not (isinstance(s, (int, float)) and math.isfinite(s) and s >= 0):
+        raise StepTimeError(f"{str(path)!r}: measurement {r!r} has startup_s={s!r}; it must be "
+                            f"a number of seconds >= 0")
+      startup[MeasuredStepTime.key(shape, gbs)] = float(s)
+  return MeasuredStepTime(table=table, fallback=linear, source=str(path), startup_table=startup)
 
 
 def write_step_time_file(path: str | pathlib.Path, rows: list[dict], *, hardware: str,

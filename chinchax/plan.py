@@ -9,7 +9,8 @@ Three budgets:
   (Inbar & Sernau 2024): with a step-time model for the hardware (a measured
   file given by ``--step-time-model``, else the analytic roofline of
   ``chinchax.hardware``) every candidate shape gets the tokens it can see in
-  H hours, D(shape) = floor(H·3600 / t_step) · tokens_per_step, and the
+  H hours, D(shape) = floor((H·3600 − t_start) / t_step) · tokens_per_step
+  (t_start: start-up seconds when the step-time file records them), and the
   predicted loss L(N, D(shape)); the best shape wins. Candidates span sizes
   from ¼× to 4× the FLOP-optimal N and aspect ratios d_model/n_layers from 16
   (deep, narrow) to 256 (wide, shallow). The FLOP-optimal shape — the shape
@@ -45,7 +46,6 @@ import math
 import os
 import pathlib
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -139,18 +139,14 @@ def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_b
                  n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
   c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
   c.budget.update(mode="steps", steps=warmup_steps + timed_steps + 1)
-  t0 = time.perf_counter()
   row = bench_lib.measure_point(c, warmup_steps=warmup_steps, timed_steps=timed_steps,
                                 devices=devices)
-  wall = time.perf_counter() - t0
   if row.get("status") != "ok":
     raise PlanError(f"--calibrate: the train step of d_model {shape.d_model} × {shape.n_layers} "
                     f"layers, batch {global_batch_size} failed ({row.get('status')}): "
                     f"{row.get('error', '')[:500]}")
   # A budget pays the mean step, slow outliers included (the bench reports the median).
-  mean = float(np.mean(row["step_times_s"]))
-  startup = max(0.0, wall - mean * (warmup_steps + len(row["step_times_s"])))
-  return mean, startup
+  return float(np.mean(row["step_times_s"])), float(row["startup_s"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +161,8 @@ class TimedCandidate:
     frontier_gap: |ln(N / N_opt(6·N·tokens))|, distance from the law's frontier.
     memory_bytes: rough peak memory per device (FSDP-sharded state).
     measured: the calibration measurement behind ``step_time_s``, if any.
+    startup_s: seconds before the steady state, paid out of the budget (from
+      the measurement, else the step-time model's, else 0).
   """
 
   candidate: budget.ShapeCandidate
@@ -174,6 +172,7 @@ class TimedCandidate:
   frontier_gap: float
   memory_bytes: float
   measured: "Measurement | None" = None
+  startup_s: float = 0.0
 
   @property
   def tokens(self) -> int:
@@ -186,10 +185,10 @@ class TimedCandidate:
                tokens_per_second=self.batch.tokens_per_step / self.step_time_s,
                predicted_loss=self.loss, frontier_gap=self.frontier_gap,
                memory_gb_per_device=self.memory_bytes / 1e9,
-               step_time_source="measured" if self.measured else "model")
+               step_time_source="measured" if self.measured else "model",
+               startup_s=self.startup_s)
     if self.measured is not None:
-      out.update(startup_s=self.measured.startup_s,
-                 model_step_time_s=self.measured.model_step_time_s)
+      out.update(model_step_time_s=self.measured.model_step_time_s)
     return out
 
 
@@ -213,8 +212,9 @@ class Plan:
     comparison: time budgets: the FLOP-optimal shape beside the best one.
     dollar_curve: dollar budgets: predicted loss at ¼×…4× the dollars.
     warnings: things the user should know (extrapolations, memory).
-    startup_s: measured start-up (compile + first step) seconds of the chosen
-      shape, part of the time budget (``--calibrate``; 0 otherwise).
+    startup_s: start-up seconds (set-up, compile, first step) of the chosen
+      shape, paid out of the time budget: measured with ``--calibrate``, else
+      from a step-time file whose rows carry ``startup_s``, else 0.
     calibration: ``--calibrate``: per measured shape the model's and the
       measured step time and the model's relative error.
     calibration_factor: median measured / predicted step time, applied to
@@ -390,7 +390,8 @@ def _evaluate(cand: budget.ShapeCandidate, seconds: float, C_rule: float, law: A
   n = hardware.n_devices
   gbs = _candidate_batch_size(cand, C_rule, n)
   if measured is None:
-    t, startup = float(model.predict(cand.shape, gbs)), 0.0
+    t = float(model.predict(cand.shape, gbs))
+    startup = float(model.startup_s(cand.shape, gbs)) if hasattr(model, "startup_s") else 0.0
   else:
     t, startup = measured.step_time_s, measured.startup_s
   if not (math.isfinite(t) and t > 0):
@@ -411,7 +412,7 @@ def _evaluate(cand: budget.ShapeCandidate, seconds: float, C_rule: float, law: A
       hardware.accelerator.kind)
   mem = hardware_lib.memory_per_device(cand.shape, gbs, n_devices=n, profile=profile)
   mem = mem - 16 * cand.N * (1 - 1 / n)  # parameters and AdamW state sharded (FSDP)
-  return TimedCandidate(cand, batch, t, loss, gap, mem, measured)
+  return TimedCandidate(cand, batch, t, loss, gap, mem, measured, startup)
 
 
 def _rank_key(tc: TimedCandidate, has_loss: bool):
@@ -496,8 +497,8 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
               step_time_model=hardware_lib.describe_model(model), step_time_s=best.step_time_s,
               candidates=[tc.to_dict() for tc in ranked[:max(k, calibrate, 1)]],
               warnings=list(alloc.warnings))
+  plan.startup_s = best.startup_s
   if best.measured is not None:
-    plan.startup_s = best.measured.startup_s
     plan.step_time_model = (f"measured on this machine (--calibrate {calibrate}); unmeasured "
                             f"shapes: {factor:.3g} × {plan.step_time_model}")
     plan.calibration_factor = factor
@@ -525,6 +526,10 @@ class _ScaledStepTime:
 
   def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
     return self.factor * float(self.model.predict(shape, global_batch_size))
+
+  def startup_s(self, shape: budget.ModelShape, global_batch_size: int) -> float:
+    f = getattr(self.model, "startup_s", None)
+    return float(f(shape, global_batch_size)) if f is not None else 0.0
 
 
 def _calibrate(ranked: list[TimedCandidate], flop_opt: TimedCandidate, k: int, measure: Any,

@@ -335,6 +335,34 @@ def test_calibrate_bad_input(tmp_path, argv, match):
   assert len(lines) == 1 and __import__("re").search(match, lines[0]), err
 
 
+def test_start_up_in_the_step_time_file_comes_out_of_the_budget(tmp_path):
+  rows = _synthetic_rows()
+  for i, r in enumerate(rows):
+    r["startup_s"] = 20.0 + i  # median 24.5 s
+  path = tmp_path / "steps.json"
+  hw.write_step_time_file(path, rows, hardware="cpu")
+  model = hw.load_step_time_model(path)
+  hours = 0.05
+  j = plan_json("--hours", hours, "--hardware", "cpu", "--step-time-model", path,
+                "--candidates", 50)
+  measured = {hw.MeasuredStepTime.key(*hw.measurement_shape(r)[:2]): r["startup_s"]
+              for r in rows}
+  for c in j["candidates"]:
+    s = budget.ModelShape(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"],
+                          d_ff=c["d_ff"], vocab_size=257, seq_len=128)
+    startup = measured.get(hw.MeasuredStepTime.key(s, c["global_batch_size"]), 24.5)
+    assert c["startup_s"] == startup
+    assert c["steps"] == math.floor((hours * 3600 - startup) / model.predict(
+        s, c["global_batch_size"]))
+  assert j["seconds"] == pytest.approx(j["startup_s"] + j["steps"] * j["step_time_s"])
+  assert j["seconds"] <= hours * 3600
+  bad = json.loads(path.read_text())
+  bad["measurements"][0]["startup_s"] = -1
+  path.write_text(json.dumps(bad))
+  with pytest.raises(hw.StepTimeError, match="startup_s=-1"):
+    hw.load_step_time_model(path)
+
+
 def test_wider_shape_beats_flop_optimal_on_h100():
   """Roofline on 8×H100: attention's seq_len² work per layer favours fewer, wider layers."""
   j = plan_json("--hours", 24, "--hardware", "h100x8", "--vocab-size", 32000)
