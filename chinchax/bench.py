@@ -707,7 +707,7 @@ def _measurement(r: dict) -> dict:
   return {"d_model": r["d_model"], "n_layers": r["n_layers"], "n_heads": r["n_heads"],
           "d_ff": r["d_ff"], "vocab_size": r["vocab_size"], "seq_len": r["seq_len"],
           "global_batch_size": r["global_batch_size"], "tie_embeddings": True,
-          "step_time_s": r["step_time_s"], "startup_s": r["startup_s"]}
+          "step_time_s": r["step_time_s"], "startup_s": r.get("startup_s")}
 
 
 def heldout_indices(n: int, k: int) -> list[int]:
