@@ -490,7 +490,10 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
     ranked, flop_opt, factor, notes = _calibrate(ranked, flop_opt, calibrate, measure, seconds,
                                                  C, law, model, hardware, has_loss, progress)
   best = ranked[0]
-  alloc = budget.allocate(C, law)
+  if calibrate and flop_opt.tokens > 0:  # the compute the FLOP-optimal shape really reaches
+    alloc = budget.allocate(budget.flops_6nd(flop_opt.candidate.N, flop_opt.tokens), law)
+  else:
+    alloc = budget.allocate(C, law)
   plan = Plan(mode=mode, budget=budget_dict or {"hours": seconds / 3600.0}, law=law,
               allocation=alloc, chosen=best.candidate, batch=best.batch,
               predicted_loss=best.loss if best.tokens > 0 else None, hardware=hardware,
