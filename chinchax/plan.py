@@ -473,8 +473,12 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
       break
     C = C_new
   if flop_opt is None or flop_opt.tokens <= 0:
+    startup = float(model.startup_s(flop_opt.candidate.shape, flop_opt.batch.global_batch_size)
+                    ) if flop_opt is not None and hasattr(model, "startup_s") else 0.0
+    why = (f" (the step-time model's start-up alone is {startup:.3g} s)"
+           if startup >= seconds else "")
     raise PlanError(f"{seconds / 3600:.3g} hours on {hardware.spec} is not enough for one "
-                    f"training step of even the smallest shape; raise the budget")
+                    f"training step of even the smallest shape{why}; raise the budget")
 
   pool: dict[tuple[int, int], TimedCandidate] = {
       (flop_opt.candidate.shape.d_model, flop_opt.candidate.shape.n_layers): flop_opt}

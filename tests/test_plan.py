@@ -356,6 +356,8 @@ def test_start_up_in_the_step_time_file_comes_out_of_the_budget(tmp_path):
         s, c["global_batch_size"]))
   assert j["seconds"] == pytest.approx(j["startup_s"] + j["steps"] * j["step_time_s"])
   assert j["seconds"] <= hours * 3600
+  rc, out, err = run_cli("--hours", 10 / 3600, "--hardware", "cpu", "--step-time-model", path)
+  assert rc == 2 and out == "" and "start-up alone is 24.5 s" in err
   bad = json.loads(path.read_text())
   bad["measurements"][0]["startup_s"] = -1
   path.write_text(json.dumps(bad))
