@@ -598,7 +598,8 @@ def load_step_time_model(path: str | pathlib.Path) -> MeasuredStepTime:
     table[MeasuredStepTime.key(shape, gbs)] = t
     if r.get("startup_s") is not None:
       s = r["startup_s"]
-      if not (isinstance(s, (int, float)) and math.isfinite(s) and s >= 0):
+      if isinstance(s, bool) or not (isinstance(s, (int, float)) and math.isfinite(s)
+                                     and s >= 0):
         raise StepTimeError(f"{str(path)!r}: measurement {r!r} has startup_s={s!r}; it must be "
                             f"a number of seconds >= 0")
       startup[MeasuredStepTime.key(shape, gbs)] = float(s)

@@ -745,7 +745,9 @@ def format_plan(plan: Plan) -> str:
   if plan.step_time_s is not None:
     lines.append(f"  step time      {plan.step_time_s:.4g} s ({plan.step_time_model})")
     cost = f", ${plan.dollars:,.2f}" if plan.dollars is not None else ""
-    lines.append(f"  wall time      {plan.seconds / 3600:.4g} hours{cost}")
+    start = (f" = start-up {plan.startup_s:.3g} s + {_fmt_int(plan.batch.steps)} steps"
+             if plan.startup_s else "")
+    lines.append(f"  wall time      {plan.seconds / 3600:.4g} hours{start}{cost}")
     if plan.dollars:
       lines.append(f"  tokens/dollar  {plan.D / plan.dollars:.4g}")
   if plan.calibration:

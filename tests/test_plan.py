@@ -358,11 +358,14 @@ def test_start_up_in_the_step_time_file_comes_out_of_the_budget(tmp_path):
   assert j["seconds"] <= hours * 3600
   rc, out, err = run_cli("--hours", 10 / 3600, "--hardware", "cpu", "--step-time-model", path)
   assert rc == 2 and out == "" and "start-up alone is 24.5 s" in err
-  bad = json.loads(path.read_text())
-  bad["measurements"][0]["startup_s"] = -1
-  path.write_text(json.dumps(bad))
-  with pytest.raises(hw.StepTimeError, match="startup_s=-1"):
-    hw.load_step_time_model(path)
+  rc, out, _ = run_cli("--hours", hours, "--hardware", "cpu", "--step-time-model", path)
+  assert rc == 0 and f"start-up {j['startup_s']:.3g} s + " in out
+  for value in (-1, True, "abc"):
+    bad = json.loads(path.read_text())
+    bad["measurements"][0]["startup_s"] = value
+    path.write_text(json.dumps(bad))
+    with pytest.raises(hw.StepTimeError, match=f"startup_s={value!r}"):
+      hw.load_step_time_model(path)
 
 
 def test_wider_shape_beats_flop_optimal_on_h100():
