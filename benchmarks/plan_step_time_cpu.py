@@ -33,8 +33,8 @@ import numpy as np
 
 from chinchax import bench
 from chinchax import budget
-from chinchax import config as config_lib
 from chinchax import hardware as hw
+from chinchax import plan as plan_lib
 from chinchax import sharding as sharding_lib
 from chinchax import train as train_lib
 
@@ -44,15 +44,6 @@ V = 257
 SWEEP = [(32, 2, 1.0), (64, 2, 0.5), (64, 4, 1.0), (96, 3, 2.0), (128, 2, 1.0), (128, 6, 0.5),
          (160, 3, 1.0), (192, 4, 0.5), (48, 3, 1.0), (256, 2, 0.5), (96, 6, 1.0), (224, 3, 1.0)]
 HELD_OUT = [2, 5, 8, 11]
-
-
-def train_config(shape: budget.ModelShape, gbs: int):
-  c = config_lib.base_config()
-  c.model.update(vocab_size=V, d_model=shape.d_model, n_layers=shape.n_layers,
-                 n_heads=shape.n_heads, d_ff=shape.d_ff)
-  c.train.update(global_batch_size=gbs, seq_len=SEQ)
-  c.budget.update(mode="steps", steps=1000)
-  return c
 
 
 def plan(hours: float, *extra: str) -> dict:
@@ -66,7 +57,7 @@ def run_for(p: dict, seconds: float) -> dict:
   """Train steps of the planned shape back to back for `seconds`, clock started before compile."""
   shape = budget.ModelShape(d_model=p["d_model"], n_layers=p["n_layers"], n_heads=p["n_heads"],
                             d_ff=p["d_ff"], vocab_size=V, seq_len=SEQ)
-  c = train_config(shape, p["global_batch_size"])
+  c = plan_lib.step_config(shape, p["global_batch_size"], steps=1000)
   t_start = time.perf_counter()
   spec = train_lib.resolve(c, 1)
   mesh = sharding_lib.make_mesh(spec.mesh, jax.devices()[:1])
@@ -114,7 +105,8 @@ def main():
   for d, L, mult in SWEEP[len(rows):]:
     s = budget.shape_for(d, L, vocab_size=V, seq_len=SEQ, accelerator=False)
     gbs = max(1, int(B * mult))
-    r = bench.measure_point(train_config(s, gbs), warmup_steps=3, timed_steps=12,
+    r = bench.measure_point(plan_lib.step_config(s, gbs, steps=1000), warmup_steps=3,
+                            timed_steps=12,
                             devices=jax.devices()[:1])
     if r["status"] != "ok":
       raise SystemExit(f"sweep point {d}×{L} b{gbs} failed: {r.get('error')}")

@@ -113,6 +113,18 @@ def local_devices_for(hardware: hardware_lib.Hardware) -> list:
   return devices[:hardware.n_devices]
 
 
+def step_config(shape: budget.ModelShape, global_batch_size: int, *, steps: int):
+  """The training config whose step a planned ``shape`` runs (defaults elsewhere), ``steps`` long."""
+  from chinchax import config as config_lib
+
+  c = config_lib.base_config()
+  c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
+                 n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
+  c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
+  c.budget.update(mode="steps", steps=steps)
+  return c
+
+
 def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_batch_size: int,
                       hardware: hardware_lib.Hardware, *, warmup_steps: int = 3,
                       timed_steps: int = 20) -> tuple[float, float]:
@@ -130,15 +142,10 @@ def measure_step_time(shape: budget.ShapeCandidate | budget.ModelShape, global_b
       step fails to compile or run (the message carries XLA's error).
   """
   from chinchax import bench as bench_lib
-  from chinchax import config as config_lib
 
   shape = getattr(shape, "shape", shape)
   devices = local_devices_for(hardware)
-  c = config_lib.base_config()
-  c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
-                 n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
-  c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
-  c.budget.update(mode="steps", steps=warmup_steps + timed_steps + 1)
+  c = step_config(shape, global_batch_size, steps=warmup_steps + timed_steps + 1)
   row = bench_lib.measure_point(c, warmup_steps=warmup_steps, timed_steps=timed_steps,
                                 devices=devices)
   if row.get("status") != "ok":
@@ -516,8 +523,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
          "model_step_time_s": tc.measured.model_step_time_s,
          "measured_step_time_s": tc.measured.step_time_s,
          "model_error": tc.measured.model_error, "startup_s": tc.measured.startup_s}
-        for tc in ranked + [flop_opt] if tc.measured is not None]
-    plan.calibration = list({(r["d_model"], r["n_layers"]): r for r in plan.calibration}.values())
+        for tc in ranked if tc.measured is not None]  # the FLOP-optimal one is among them
   plan.comparison = _compare(flop_opt, best, has_loss)
   _memory_warning(plan, hardware, best.memory_bytes)
   return plan

@@ -156,11 +156,16 @@ def _synthetic_rows():
   return rows
 
 
-def test_step_time_file_roundtrip_and_fit(tmp_path):
-  rows = _synthetic_rows()
+def _step_time_file(tmp_path, rows):
+  """(path, loaded model) of a step-time file holding ``rows``."""
   path = tmp_path / "steps.json"
   hw.write_step_time_file(path, rows, hardware="cpu")
-  model = hw.load_step_time_model(path)
+  return path, hw.load_step_time_model(path)
+
+
+def test_step_time_file_roundtrip_and_fit(tmp_path):
+  rows = _synthetic_rows()
+  path, model = _step_time_file(tmp_path, rows)
   fit = model.fallback
   assert fit.intercept_s == pytest.approx(2e-3, rel=1e-3)
   assert fit.s_per_flop == pytest.approx(1 / 2e10, rel=1e-3)
@@ -198,9 +203,7 @@ def test_bad_step_time_file(tmp_path, content, match):
 
 def test_hours_budget_converts_time_to_tokens_per_candidate(tmp_path):
   rows = _synthetic_rows()
-  path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, rows, hardware="cpu")
-  model = hw.load_step_time_model(path)
+  path, model = _step_time_file(tmp_path, rows)
   hours = 0.05
   j = plan_json("--hours", hours, "--hardware", "cpu", "--step-time-model", path,
                 "--candidates", 50)
@@ -235,9 +238,7 @@ def _trap_measure(model, trap, slow=3.0, bias=1.3, startup=2.0):
 
 
 def test_calibrate_measures_top_candidates_and_avoids_a_mispredicted_shape(tmp_path):
-  path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
-  model = hw.load_step_time_model(path)
+  path, model = _step_time_file(tmp_path, _synthetic_rows())
   cpu = hw.parse_hardware("cpu")
   seconds = 0.05 * 3600
   base = plan_lib.plan_time(seconds, cpu, step_time_model=model, k=50)
@@ -271,9 +272,7 @@ def test_calibrate_measures_top_candidates_and_avoids_a_mispredicted_shape(tmp_p
 
 
 def test_calibrate_keeps_the_model_pick_when_the_model_is_right(tmp_path):
-  path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
-  model = hw.load_step_time_model(path)
+  path, model = _step_time_file(tmp_path, _synthetic_rows())
   cpu = hw.parse_hardware("cpu")
   base = plan_lib.plan_time(180.0, cpu, step_time_model=model)
   measure, calls = _trap_measure(model, trap=None, bias=1.0, startup=0.0)
@@ -283,9 +282,7 @@ def test_calibrate_keeps_the_model_pick_when_the_model_is_right(tmp_path):
 
 
 def test_calibrate_refuses_a_budget_that_start_up_eats(tmp_path):
-  path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
-  model = hw.load_step_time_model(path)
+  path, model = _step_time_file(tmp_path, _synthetic_rows())
   measure, calls = _trap_measure(model, trap=None, bias=1.0, startup=10.0)
   with pytest.raises(plan_lib.PlanError, match=r"5 s is not enough.*10 s or more to start"):
     plan_lib.plan_time(5.0, hw.parse_hardware("cpu"), step_time_model=model, calibrate=2,
@@ -295,9 +292,7 @@ def test_calibrate_refuses_a_budget_that_start_up_eats(tmp_path):
 
 def test_calibrate_warns_when_an_unmeasured_shape_looks_better(tmp_path):
   """With the timing cap reached, a better-looking unmeasured shape is named, not hidden."""
-  path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, _synthetic_rows(), hardware="cpu")
-  model = hw.load_step_time_model(path)
+  path, model = _step_time_file(tmp_path, _synthetic_rows())
   cpu = hw.parse_hardware("cpu")
   lines = []
   calls = []
@@ -339,9 +334,7 @@ def test_start_up_in_the_step_time_file_comes_out_of_the_budget(tmp_path):
   rows = _synthetic_rows()
   for i, r in enumerate(rows):
     r["startup_s"] = 20.0 + i  # median 24.5 s
-  path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, rows, hardware="cpu")
-  model = hw.load_step_time_model(path)
+  path, model = _step_time_file(tmp_path, rows)
   hours = 0.05
   j = plan_json("--hours", hours, "--hardware", "cpu", "--step-time-model", path,
                 "--candidates", 50)
