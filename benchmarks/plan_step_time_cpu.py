@@ -84,7 +84,7 @@ def run_for(p: dict, seconds: float) -> dict:
         first_done = now - t_start
     pending = m["loss"]
   return {"steps": steps, "tokens": steps * spec.tokens_per_step, "startup_s": first_done,
-          "mean_step_s": (seconds - first_done) / max(steps - 1, 1)}
+          "mean_step_s": None if first_done is None else (seconds - first_done) / max(steps - 1, 1)}
 
 
 def main():
