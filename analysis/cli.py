@@ -20,7 +20,7 @@ import sys
 import time
 
 from analysis import fit as fitlib
-from analysis import laws
+from chinchax import laws
 from analysis import plots
 from analysis import report as reportlib
 from analysis.io import ResultsError, load_results

@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 import numpy as np
 import scipy.optimize
 
-from analysis import laws
+from chinchax import errors
+from chinchax import laws
 from analysis.io import Runs, runs_from_arrays
 
 HUBER_DELTA = 1e-3          # Chinchilla Sec. 3.3 / App. D.2.
@@ -57,7 +58,7 @@ THETA_NAMES = ("logA", "logB", "logE", "alpha", "beta")
 APPROACHES = ("1", "2", "3")
 
 
-class FitError(ValueError):
+class FitError(errors.UserError):
   """A fit could not be made; the message says why."""
 
 

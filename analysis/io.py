@@ -28,8 +28,10 @@ from typing import Sequence
 
 import numpy as np
 
+from chinchax import errors
 
-class ResultsError(ValueError):
+
+class ResultsError(errors.UserError):
   """A results table cannot be used; the message names the file and the problem."""
 
 

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis import laws  # noqa: E402
+from chinchax import laws  # noqa: E402
 from analysis.fit import FitReport  # noqa: E402
 
 _APPROACH_COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:green"}

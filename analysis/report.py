@@ -5,7 +5,7 @@ JSON layout (``fit.json``):
 * ``input``: source, run counts (fitted, failed), budgets, ranges of N, D, C, loss.
 * top level ``E``, ``A``, ``B``, ``alpha``, ``beta``, ``a``, ``b``, ``G`` — the
   Approach-3 law when Approach 3 was fitted (so that
-  :func:`analysis.laws.get_law` can load the file and ``chinchax plan`` can use it).
+  :func:`chinchax.laws.get_law` can load the file and ``chinchax plan`` can use it).
 * ``approach1`` / ``approach2`` / ``approach3``: ``status`` ("ok" | "skipped"
   with ``reason``), the parameters, ``ci`` (95% bootstrap intervals of every
   parameter and exponent), ``std`` and ``bootstrap`` (how it was drawn).
@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from analysis import fit as fitlib
-from analysis import laws
+from chinchax import laws
 
 
 def _f(x) -> float | None:

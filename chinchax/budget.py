@@ -34,6 +34,8 @@ import dataclasses
 import math
 from typing import Any
 
+from chinchax import laws as laws_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelShape:
@@ -286,14 +288,13 @@ FIT_RANGE_WARN_FACTOR = 10.0
 
 
 def resolve_law(law: Any):
-  """Returns a law object: ``law`` itself, or ``analysis.laws.get_law(law)`` for a name or path.
+  """Returns a law object: ``law`` itself, or ``chinchax.laws.get_law(law)`` for a name or path.
 
   Raises:
     ValueError: an unknown name, or a file without a recognisable law.
     FileNotFoundError / OSError: an unreadable file.
   """
   if isinstance(law, str):
-    from analysis import laws as laws_lib  # the analysis package owns the published laws
     return laws_lib.get_law(law)
   return law
 
@@ -332,7 +333,7 @@ def allocate(C: float, law: Any) -> Allocation:
 
   Args:
     C: FLOPs (> 0).
-    law: a law object from ``analysis.laws`` or its name / fit-file path.
+    law: a law object from ``chinchax.laws`` or its name / fit-file path.
   Returns:
     The :class:`Allocation`; ``loss`` is the closed-form frontier loss
     L(N*, D*) (Chinchilla eq. 4) for a parametric law, None otherwise.

@@ -15,6 +15,8 @@ import pathlib
 import jax
 import orbax.checkpoint as ocp
 
+from chinchax import errors
+
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
               "scan_layers")
 # Knobs that decide the data order, the schedule or the budget: a resume must keep them, or the
@@ -32,7 +34,7 @@ RESUME_KEYS = (
 )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(errors.UserError):
   """A checkpoint cannot be used with this config; the message names the mismatch."""
 
 

@@ -15,6 +15,8 @@ import math
 
 import ml_collections
 
+from chinchax import errors
+
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 REMAT_POLICIES = ("none", "full", "dots")
@@ -28,7 +30,7 @@ DISTRIBUTED_MODES = ("auto", "off", "explicit", "slurm", "tpu")
 CPU_COLLECTIVES = ("gloo", "mpi", "none")
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.UserError):
   """A config value is invalid; the message names the value and what is valid."""
 
 

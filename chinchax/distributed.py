@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 
+from chinchax import errors
 from chinchax import config as config_lib
 
 PREEMPTED_EXIT_CODE = 75   # sysexits EX_TEMPFAIL: stopped early on request, relaunch to resume
@@ -53,7 +54,7 @@ _TPU_ENV_VARS = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "MEGASCALE_COO
 _sigterm_received = threading.Event()
 
 
-class DistributedError(RuntimeError):
+class DistributedError(errors.UserError):
   """Multi-process start-up or layout cannot work; the message names the value and the fix."""
 
 

@@ -52,6 +52,8 @@ import sys
 
 import numpy as np
 
+from chinchax import errors
+
 FORMATS = ("safetensors",)
 DTYPES = ("float32", "bfloat16")
 # (chinchax parameter, HF tensor, transform), i = layer index; recorded in export_info.json.
@@ -71,7 +73,7 @@ MAPPING = [
 ]
 
 
-class ExportError(ValueError):
+class ExportError(errors.UserError):
   """The workdir cannot be exported as asked; the message names what is wrong."""
 
 

@@ -57,6 +57,7 @@ from typing import Any, Iterable, Protocol
 import numpy as np
 
 from chinchax import budget
+from chinchax import errors
 
 DEFAULT_TABLE = pathlib.Path(__file__).with_name("hardware_prices.json")
 STEP_TIME_FORMAT = "chinchax.step_time/1"
@@ -71,11 +72,11 @@ DEFAULT_MFU = 0.5
 DEFAULT_BANDWIDTH_EFFICIENCY = 0.7
 
 
-class HardwareError(ValueError):
+class HardwareError(errors.UserError):
   """An unknown or malformed hardware spec, or an unreadable accelerator table."""
 
 
-class StepTimeError(ValueError):
+class StepTimeError(errors.UserError):
   """A step-time model file that cannot be read or fitted."""
 
 

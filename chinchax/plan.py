@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from chinchax import errors
 from chinchax import budget
 from chinchax import hardware as hardware_lib
 
@@ -63,7 +64,7 @@ ASPECT_RATIOS = (16.0, 32.0, 64.0, 128.0, 256.0)
 DOLLAR_CURVE = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
-class PlanError(ValueError):
+class PlanError(errors.UserError):
   """A budget, law, hardware or option the planner cannot use; the message says why."""
 
 

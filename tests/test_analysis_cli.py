@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import cli, fit, laws
+from analysis import cli, fit
+from chinchax import laws
 from analysis.io import write_results_jsonl
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)

@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from analysis import cli, laws
+from analysis import cli
+from chinchax import laws
 
 EPOCH_CSV = "/work/shared/reference/epoch_chinchilla_svg_extracted_data.csv"
 TOLERANCE = {"E": 0.03, "A": 0.03, "B": 0.05, "alpha": 0.03, "beta": 0.03}

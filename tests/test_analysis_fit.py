@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from analysis import fit, laws
+from analysis import fit
+from chinchax import laws
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 BUDGETS = np.geomspace(1e18, 1e21, 7)

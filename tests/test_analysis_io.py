@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from analysis import fit, laws
+from analysis import fit
+from chinchax import laws
 from analysis.io import ResultsError, load_results, write_results_jsonl
 
 EPOCH_CSV = "/work/shared/reference/epoch_chinchilla_svg_extracted_data.csv"

@@ -1,4 +1,4 @@
-"""Tests of analysis.laws: the parametric law, its closed-form frontier, published laws."""
+"""Tests of chinchax.laws: the parametric law, its closed-form frontier, published laws."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from analysis import laws
+from chinchax import laws
 
 
 def test_loss_formula_and_broadcasting():

@@ -22,11 +22,13 @@ import re
 import sysconfig
 from typing import Iterator
 
+from chinchax import errors
+
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_DOCUMENTS = ("file", "paragraph", "line")
 
 
-class DataError(ValueError):
+class DataError(errors.UserError):
   """A corpus is missing, empty, malformed or too small; the message names it."""
 
 

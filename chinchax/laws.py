@@ -14,7 +14,7 @@ Two kinds of law:
   not predict loss.
 
 :data:`PUBLISHED_LAWS` holds the published laws by name and :func:`get_law`
-returns one by name or loads a fit JSON written by ``analysis fit``.
+returns one by name or loads a fit JSON written by ``chinchax fit``.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def law_from_dict(d: dict, name: str = "fit", source: str = "") -> Law:
   """Builds a law from a dict.
 
   Accepts ``{E, A, B, alpha, beta}`` (-> ParametricLaw), ``{k_N, a}``
-  (-> PowerLawAllocation), or a report written by ``analysis fit``: its
+  (-> PowerLawAllocation), or a report written by ``chinchax fit``: its
   top-level E..beta, else its ``approach3`` section, else ``approach2``.
 
   Raises:
@@ -333,7 +333,7 @@ def get_law(name_or_path: str) -> Law:
   Args:
     name_or_path: a key of :data:`PUBLISHED_LAWS` (e.g. ``"epoch"``,
       ``"chinchilla-approach3"``), or the path of a JSON file written by
-      ``analysis fit`` (its Approach-3 parameters E, A, B, alpha, beta are
+      ``chinchax fit`` (its Approach-3 parameters E, A, B, alpha, beta are
       used) or any JSON object with those keys.
 
   Returns:
