@@ -276,11 +276,8 @@ def compare(cfg: BareConfig, rounds: int = 12, steps: int = 2, warmup: int = 2,
   c = chinchax_config(cfg)
   spec = train_lib.resolve(c, 1)
   mesh = sharding_lib.make_mesh(spec.mesh, [device])
-  tx, schedule = train_lib.make_optimizer(c, spec)
-  graphdef, cx_state, shardings = train_lib.create_state(spec.model, tx, mesh, c.seed)
-  cx_step = train_lib.jit_train_step(graphdef, tx, schedule, c, shardings, mesh)
-  batch_sh = sharding_lib.batch_sharding(mesh)
-  cx_put = lambda b: train_lib.global_batch(batch_sh, b, cfg.global_batch_size)
+  program = train_lib.build_program(c, spec, mesh)
+  cx_state, cx_step, cx_put = program.init_state(), program.step, program.global_batch
 
   pure = nnx.to_pure_dict(jax.device_get(cx_state["params"]))
   bare_state = jax.device_put(init_state(params_from_chinchax(pure)), device)

@@ -61,15 +61,12 @@ def run_for(p: dict, seconds: float) -> dict:
   t_start = time.perf_counter()
   spec = train_lib.resolve(c, 1)
   mesh = sharding_lib.make_mesh(spec.mesh, jax.devices()[:1])
-  tx, schedule = train_lib.make_optimizer(c, spec)
-  graphdef, abs_state, init = train_lib.abstract_state(spec.model, tx, c.seed)
-  shardings = sharding_lib.state_shardings(abs_state, mesh)
-  step = train_lib.jit_train_step(graphdef, tx, schedule, c, shardings, mesh)
-  batch_sh = sharding_lib.batch_sharding(mesh)
+  program = train_lib.build_program(c, spec, mesh)
+  step = program.step
   rng = np.random.default_rng(0)
-  batch = train_lib.global_batch(batch_sh, rng.integers(0, V, (spec.global_batch_size, SEQ + 1),
-                                                        dtype=np.int32), spec.global_batch_size)
-  state = jax.jit(init, out_shardings=shardings)()
+  batch = program.global_batch(rng.integers(0, V, (spec.global_batch_size, SEQ + 1),
+                                            dtype=np.int32))
+  state = program.init_state()
   # As `chinchax train` runs: step i+1 is queued before step i is waited for.
   steps, first_done, pending = 0, None, None
   while True:

@@ -9,9 +9,9 @@ its lists of models, global_batch_size, seq_len, attention implementation,
 mesh layout (pure data parallel ``dp``, ``fsdp``, tensor parallel ``tp``, or
 mixed ``DATAxFSDPxTENSOR``), remat policy and compute dtype. Every point is a
 full training config (``train_config`` with the point's values), and is
-measured with the train step of ``chinchax train`` itself: the state from
-``train.abstract_state`` sharded by ``sharding.state_shardings``, the step
-from ``train.jit_train_step``, batches made global by ``train.global_batch``.
+measured with the train step of ``chinchax train`` itself: state, shardings,
+jitted step and global batches all come from ``train.build_program``, the
+builder ``chinchax train`` uses.
 Only the input pipeline is left out: batches are random tokens already on
 the host.
 
@@ -338,7 +338,6 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
     Failures carry ``error``. Nothing raises for a failing point.
   """
   import jax
-  import jax.numpy as jnp
   from chinchax import distributed as distributed_lib
   from chinchax import sharding as sharding_lib
   from chinchax import train as train_lib
@@ -360,20 +359,9 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
              mesh_tensor=spec.mesh["tensor"],
              tokens_per_step=spec.tokens_per_step)
   try:
-    mesh = sharding_lib.make_mesh(spec.mesh, devices)
-    tx, schedule = train_lib.make_optimizer(c, spec)
-    graphdef, abs_state, init = train_lib.abstract_state(m, tx, c.seed)
-    shardings = sharding_lib.state_shardings(abs_state, mesh)
-    step_fn = train_lib.jit_train_step(graphdef, tx, schedule, c, shardings, mesh)
-    batch_sh = sharding_lib.batch_sharding(mesh)
-    batch_struct = jax.ShapeDtypeStruct((spec.global_batch_size, spec.seq_len + 1), jnp.int32,
-                                        sharding=batch_sh)
-    # Abstract inputs carrying their shardings lower to the very executable that the
-    # jitted step's own call reuses, so the timed calls below do not compile again.
-    sharded_state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abs_state, shardings)
+    program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, devices))
     t0 = time.perf_counter()
-    compiled = step_fn.lower(sharded_state, batch_struct).compile()
+    compiled = program.lower().compile()  # the executable the timed calls below reuse
     row["compile_s"] = time.perf_counter() - t0
   except Exception as e:  # noqa: BLE001 — a failing point is a result
     return {**row, "status": "oom" if _is_oom(e) else "compile_error",
@@ -398,18 +386,17 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
                      f"{limit / 1e9:.3g} GB limit ({limit_src}); not run"}
   peak_total, _ = train_lib.peak_flops(c, n)
   flops_per_step = budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
-  rows_range = distributed_lib.process_row_range(batch_sh, spec.global_batch_size)
+  rows_range = distributed_lib.process_row_range(program.batch_sharding, spec.global_batch_size)
   rng = np.random.default_rng(seed)
   host_batches = [rng.integers(0, m.vocab_size, (rows_range[1] - rows_range[0], spec.seq_len + 1),
                                dtype=np.int32) for _ in range(min(4, timed_steps + 1))]
   times: list[float] = []
   try:
-    state = jax.jit(init, out_shardings=shardings)()
+    state = program.init_state()
 
     def dispatch(i):
       nonlocal state
-      state, metrics = step_fn(state, train_lib.global_batch(
-          batch_sh, host_batches[i % len(host_batches)], spec.global_batch_size))
+      state, metrics = program.step(state, program.global_batch(host_batches[i % len(host_batches)]))
       return metrics
 
     t = time.perf_counter()

@@ -213,7 +213,7 @@ def run_ladder(config, devices=None, fit: bool = True) -> pathlib.Path:
         f"{per_step} tokens (ladder.min_steps={lc.min_steps}); raise ladder.c_min or shrink the batch")
   # Data check up front: the smallest N of each budget reads the most tokens.
   one_step = dataclasses.replace(spec0, steps=1, tokens=per_step)
-  _, train_split, _, _, _ = train_lib.prepare_data(run_config(base, runs[0], workdir), one_step)
+  train_split = train_lib.prepare_data(run_config(base, runs[0], workdir), one_step).train_split
   n_windows = (train_split.n_tokens - 1) // base.train.seq_len
   for r in runs:
     need = math.ceil(r.D / per_step) * base.train.global_batch_size

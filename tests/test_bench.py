@@ -82,13 +82,13 @@ def test_parse_mesh():
 
 def test_tiny_sweep_writes_table_summary_plots_and_uses_the_train_step(tmp_path, monkeypatch):
   calls = []
-  real = train_lib.jit_train_step
+  real = train_lib.build_program
 
   def spy(*args, **kw):
     calls.append(args)
     return real(*args, **kw)
 
-  monkeypatch.setattr(train_lib, "jit_train_step", spy)
+  monkeypatch.setattr(train_lib, "build_program", spy)
   c = _tiny(tmp_path)
   out = bench.run_bench(c, verbose=False)
   rows = {r["name"]: r for r in out["rows"]}
@@ -287,9 +287,8 @@ def test_bare_jax_twin_matches_chinchax_step_for_step():
   spec = train_lib.resolve(c, 1)
   device = jax.devices()[0]
   mesh = sharding_lib.make_mesh(spec.mesh, [device])
-  tx, schedule = train_lib.make_optimizer(c, spec)
-  graphdef, cx_state, shardings = train_lib.create_state(spec.model, tx, mesh, c.seed)
-  cx_step = train_lib.jit_train_step(graphdef, tx, schedule, c, shardings, mesh)
+  program = train_lib.build_program(c, spec, mesh)
+  cx_state, cx_step = program.init_state(), program.step
   state = bare.init_state(bare.params_from_chinchax(
       nnx.to_pure_dict(jax.device_get(cx_state["params"]))))
   bare_step = jax.jit(bare.make_train_step(cfg))

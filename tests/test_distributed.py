@@ -226,9 +226,8 @@ def test_mismatched_checkpoint_is_refused_and_nothing_is_overwritten(
 def _restore(config, workdir, devices):
   spec = train_lib.resolve(config, len(devices))
   mesh = sharding_lib.make_mesh(spec.mesh, devices)
-  tx, _ = train_lib.make_optimizer(config, spec)
-  _, abs_state, _ = train_lib.abstract_state(spec.model, tx, config.seed)
-  shardings = sharding_lib.state_shardings(abs_state, mesh)
+  program = train_lib.build_program(config, spec, mesh)
+  abs_state, shardings = program.abstract_state, program.shardings
   ckpt = checkpoint_lib.Checkpointer(pathlib.Path(workdir) / "checkpoints", 10, 2)
   state = ckpt.restore_latest(abs_state, shardings)
   ckpt.wait_and_close()
@@ -274,8 +273,7 @@ def test_fsdp8_state_is_sharded_not_replicated():
   c = config_lib.get_variant("tiny")
   spec = train_lib.resolve(c, 8)
   mesh = sharding_lib.make_mesh({"data": 1, "fsdp": 8, "tensor": 1})
-  tx, _ = train_lib.make_optimizer(c, spec)
-  _, state, _ = train_lib.create_state(spec.model, tx, mesh, 0)
+  state = train_lib.build_program(c, spec, mesh).init_state()
   dev0 = jax.devices()[0]
   total = per_device = replicated = 0
   replicated_leaves = []

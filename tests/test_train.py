@@ -53,11 +53,8 @@ def test_flops_budget_mode():
 def _one_step(config, devices):
   spec = train_lib.resolve(config, len(devices))
   mesh = sharding_lib.make_mesh(spec.mesh, devices)
-  tx, schedule = train_lib.make_optimizer(config, spec)
-  graphdef, state, shardings = train_lib.create_state(spec.model, tx, mesh, config.seed)
-  step = jax.jit(train_lib.make_train_step(graphdef, tx, schedule, config.train.z_loss),
-                 in_shardings=(shardings, sharding_lib.batch_sharding(mesh)),
-                 out_shardings=(shardings, None), donate_argnums=0)
+  program = train_lib.build_program(config, spec, mesh)
+  state, step = program.init_state(), program.step
   batch = (np.arange(spec.global_batch_size * (spec.seq_len + 1)).reshape(
       spec.global_batch_size, spec.seq_len + 1) * 7919 % 257).astype(np.int32)
   state, metrics = step(state, batch)
@@ -125,8 +122,7 @@ def test_state_is_really_sharded():
   c.model.update(d_model=64, d_ff=128)
   spec = train_lib.resolve(c.copy_and_resolve_references(), 8)
   mesh = sharding_lib.make_mesh({"data": 1, "fsdp": 8, "tensor": 1})
-  tx, _ = train_lib.make_optimizer(c, spec)
-  _, state, _ = train_lib.create_state(spec.model, tx, mesh, 0)
+  state = train_lib.build_program(c, spec, mesh).init_state()
   for leaf in jax.tree.leaves(state["params"]):
     if leaf.ndim >= 2:
       shard = leaf.addressable_shards[0].data

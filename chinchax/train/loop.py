@@ -1,0 +1,319 @@
+"""``train(config)``: one training run (or its resumption) as a short script of named steps.
+
+The loop dispatches step t+1 before fetching step t's metrics, so the host
+never waits on the device except at log, eval and checkpoint steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from chinchax import budget
+from chinchax import checkpoint as checkpoint_lib
+from chinchax import console
+from chinchax import distributed as distributed_lib
+from chinchax import sharding as sharding_lib
+from chinchax.data import builder as builder_lib
+from chinchax.data import pipeline as pipeline_lib
+from chinchax.data import store as store_lib
+from chinchax.train import mfu
+from chinchax.train import spec as spec_lib
+from chinchax.train import step as step_lib
+from chinchax.train.metrics import MetricsLog, log_spaced_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+  """The token store of a run and its train/eval batches (this process's rows).
+
+  Attributes:
+    directory: the token store's directory.
+    train_split, val_split: the store's splits.
+    batches: the training batches, a pure function of (seed, step).
+    evals: the fixed eval batches, host int32 [b, T+1] each.
+  """
+
+  directory: pathlib.Path
+  train_split: store_lib.TokenSplit
+  val_split: store_lib.TokenSplit
+  batches: pipeline_lib.TrainBatches
+  evals: list
+
+  def train_bits_per_byte(self, nats: float) -> float:
+    return store_lib.bits_per_byte(nats, self.train_split.n_tokens, self.train_split.n_bytes)
+
+  def val_bits_per_byte(self, nats: float) -> float:
+    return store_lib.bits_per_byte(nats, self.val_split.n_tokens, self.val_split.n_bytes)
+
+
+def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = None) -> RunData:
+  """Builds/loads the store and the train/eval pipelines; raises DataError before any compile.
+
+  In a multi-process run process 0 builds the token store first while the others
+  wait, then they load it (or, on a host without the shared filesystem, build
+  their own copy).
+
+  Args:
+    rows: the rows [r0, r1) of every global train and eval batch this process
+      reads (default: an equal contiguous share by process index).
+  """
+  with distributed_lib.process_zero_first("chinchax:token-store"):
+    directory = builder_lib.prepare(
+        config.data, progress=config.train.progress and jax.process_index() == 0)
+  train_split = store_lib.TokenSplit(directory, "train")
+  val_split = store_lib.TokenSplit(directory, "val")
+  if rows is None:
+    per_proc = spec.global_batch_size // jax.process_count()
+    rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
+  batches = pipeline_lib.TrainBatches(
+      train_split, spec.seq_len, spec.global_batch_size, spec.steps, config.seed,
+      allow_repeat=config.data.allow_repeat, rows=rows)
+  evals = pipeline_lib.eval_batches(val_split, spec.seq_len, spec.global_batch_size,
+                                    config.train.eval_batches, rows=rows)
+  return RunData(directory, train_split, val_split, batches, evals)
+
+
+class _StepLog:
+  """The loop's bookkeeping: deferred metric rows, speed windows, eval loss, progress bar.
+
+  A row for step t is fetched only after step t+1 has been dispatched
+  (:meth:`defer` then :meth:`flush`); tokens/s and MFU are measured over the
+  steps since the previous logged step, the first (compiling) step excluded.
+  """
+
+  def __init__(self, spec, data: RunData, metrics: MetricsLog, bar, flops_per_step: float,
+               peak_total: float):
+    self.spec, self.data, self.metrics, self.bar = spec, data, metrics, bar
+    self.flops_per_step, self.peak_total = flops_per_step, peak_total
+    self.eval_loss = float("nan")
+    self.timed_steps, self.timed_seconds = 0, 0.0
+    self.compile_s = None
+    self._pending = None
+    self._window_t0, self._window_steps = time.perf_counter(), 0
+
+  @property
+  def last_train_loss(self) -> float:
+    return self.metrics.last_loss
+
+  def stepped(self, state, t_dispatch: float) -> None:
+    """After a step's dispatch: the first one is waited for and timed as compilation."""
+    if self.compile_s is None:
+      jax.block_until_ready(state["step"])
+      self.compile_s = time.perf_counter() - t_dispatch
+      self.restart_window()
+    else:
+      self._window_steps += 1
+    self.flush()
+    self.bar.update(1)
+
+  def speed(self) -> dict:
+    """Step time, tokens/s and MFU over the current window (empty if no step was timed)."""
+    if not self._window_steps:
+      return {}
+    dt = time.perf_counter() - self._window_t0
+    self.timed_steps += self._window_steps
+    self.timed_seconds += dt
+    step_time = dt / self._window_steps
+    return {"step_time_s": step_time, "tokens_per_s": self.spec.tokens_per_step / step_time,
+            "mfu": self.flops_per_step / step_time / self.peak_total}
+
+  def restart_window(self) -> None:
+    self._window_t0, self._window_steps = time.perf_counter(), 0
+
+  def defer(self, step_no: int, metrics, extra: dict) -> None:
+    self._pending = (step_no, metrics, extra)
+
+  def flush(self) -> None:
+    """Writes the deferred row, if any (fetching its metrics from the device)."""
+    if self._pending is None:
+      return
+    step_no, m, extra = self._pending
+    self._pending = None
+    m = jax.device_get(m)
+    loss = float(m["loss"])
+    self.metrics.write({"step": step_no, "loss": loss,
+                        "bits_per_byte": self.data.train_bits_per_byte(loss),
+                        "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
+                        "tokens": step_no * self.spec.tokens_per_step, **extra})
+    self.bar.set_postfix(loss=f"{loss:.3f}", eval=f"{self.eval_loss:.3f}", refresh=False)
+
+  def close(self) -> None:
+    self.flush()
+    self.metrics.close()
+    self.bar.close()
+
+
+def _evaluate(program: step_lib.TrainProgram, params, evals) -> float:
+  """Mean eval cross-entropy (nats/token) over the fixed eval batches."""
+  losses = [program.eval_step(params, program.global_batch(b)) for b in evals]
+  return float(np.mean(jax.device_get(losses)))
+
+
+def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainProgram):
+  """(state, resumed): the latest checkpoint onto the mesh, else a fresh sharded state."""
+  state = ckpt.restore_latest(program.abstract_state, program.shardings)
+  if state is not None:
+    return state, True
+  return program.init_state(), False
+
+
+def _run_steps(config, program, data: RunData, state, start_step: int,
+               ckpt: checkpoint_lib.Checkpointer, log: _StepLog, say):
+  """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
+
+  Raises:
+    Preempted: a preemption request reached a step boundary; the checkpoint of
+      that step is saved and every writer closed first.
+  """
+  t, spec = config.train, program.spec
+  eval_at = log_spaced_steps(spec.steps, t.eval_points)
+  for step, local_batch in data.batches.iterator(start_step, num_threads=config.data.read_threads):
+    t_dispatch = time.perf_counter()
+    state, metrics = program.step(state, program.global_batch(local_batch))
+    log.stepped(state, t_dispatch)
+    done = step + 1
+    is_last = done == spec.steps
+    is_eval = done % t.eval_every == 0 or is_last or done in eval_at
+    if done % t.log_every == 0 or is_eval:
+      jax.block_until_ready(metrics["loss"])
+      extra = log.speed()
+      if is_eval:
+        log.eval_loss = _evaluate(program, state["params"], data.evals)
+        extra["eval_loss"] = log.eval_loss
+        extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
+      log.defer(done, metrics, extra)
+      if is_last or done % t.checkpoint_every == 0:
+        ckpt.save(done, state, force=is_last)
+      log.restart_window()
+    elif done % t.checkpoint_every == 0:
+      ckpt.save(done, state)
+    if not is_last and distributed_lib.reached_preemption(done):
+      log.flush()
+      if ckpt.latest_step() != done:
+        ckpt.save(done, state, force=True)
+      _shut_down(ckpt, log)
+      say(f"preempted at step {done}: checkpoint saved in {ckpt.directory}")
+      raise distributed_lib.Preempted(done, str(ckpt.directory.parent))
+  _shut_down(ckpt, log)
+  return state
+
+
+def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
+  """Writes the last row, waits for checkpoint writes, closes the logs and the bar."""
+  log.flush()
+  ckpt.wait_and_close()
+  log.close()
+
+
+def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final_step: int,
+             unigram: float, peak_src: str, resumed: bool, wall_s: float) -> dict:
+  """The run's summary (also written to ``summary.json``): tokens, N, C, losses, speed."""
+  train_loss, eval_loss = log.last_train_loss, log.eval_loss
+  timed = log.timed_steps > 0
+  step_time = log.timed_seconds / log.timed_steps if timed else float("nan")
+  manifest = data.train_split.manifest
+  return {
+      "workdir": str(workdir), "steps": final_step, "tokens": final_step * spec.tokens_per_step,
+      "planned_tokens": spec.tokens, "target_tokens": spec.target_tokens,
+      "N": spec.n_params, "n_kind": spec.n_kind, "params_total": spec.counts.total,
+      "params_non_embedding": spec.counts.non_embedding, "params_embedding": spec.counts.embedding,
+      "C_6nd": spec.flops_6nd, "tokens_per_param": spec.tokens_per_param,
+      "final_train_loss": train_loss, "final_eval_loss": eval_loss,
+      "final_train_bits_per_byte": data.train_bits_per_byte(train_loss),
+      "tokenizer": manifest["tokenizer"]["name"], "val_bytes": data.val_split.n_bytes,
+      "eval_tokens": len(data.evals) * spec.global_batch_size * spec.seq_len,
+      "final_eval_bits_per_byte": data.val_bits_per_byte(eval_loss),
+      "val_unigram_entropy_nats": unigram,
+      "val_unigram_entropy_bits_per_byte": data.val_bits_per_byte(unigram),
+      "eval_below_unigram": 1.0 - eval_loss / unigram,
+      "step_time_s": step_time,
+      "tokens_per_s": spec.tokens_per_step / step_time if timed else float("nan"),
+      "mfu": log.flops_per_step / step_time / log.peak_total if timed else float("nan"),
+      "peak_flops": log.peak_total, "peak_flops_source": peak_src,
+      "compile_s": log.compile_s, "wall_s": wall_s, "resumed": resumed,
+      "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
+  }
+
+
+def _report(s: dict, spec, say) -> None:
+  """The result lines: steps and tokens, losses vs the unigram entropy, speed."""
+  say(f"done    step {s['steps']}/{spec.steps}, tokens {s['tokens']:,} "
+      f"(planned D {spec.tokens:,})")
+  say(f"loss    final train {s['final_train_loss']:.4f} nats/token; final eval "
+      f"{s['final_eval_loss']:.4f} nats/token = {s['final_eval_bits_per_byte']:.3f} bits/byte")
+  say(f"        val unigram entropy {s['val_unigram_entropy_nats']:.4f} nats/token = "
+      f"{s['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
+      f"{100 * abs(s['eval_below_unigram']):.1f}% "
+      f"{'below' if s['eval_below_unigram'] >= 0 else 'above'} it")
+  say(f"speed   {s['tokens_per_s']:,.0f} tokens/s, {s['step_time_s'] * 1e3:.1f} ms/step, MFU "
+      f"{100 * s['mfu']:.2f}% (peak {s['peak_flops']:.3g} FLOP/s: {s['peak_flops_source']}); "
+      f"wall {s['wall_s']:.1f}s")
+
+
+def train(config, devices=None, verbose: bool = True) -> dict:
+  """Runs (or resumes) one training run; returns the summary also written to summary.json.
+
+  Args:
+    config: the run's ConfigDict (see ``chinchax.config``).
+    devices: devices to build the mesh from (default: all ``jax.devices()``).
+    verbose: print the budget, data and result lines (process 0 only).
+
+  Raises:
+    ConfigError: invalid config (before any data is read).
+    DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
+    CheckpointError: the workdir's checkpoint does not match the config's model.
+    Preempted: a preemption request (SIGTERM) stopped the run at a step
+      boundary after a checkpoint was saved (see ``chinchax.distributed``).
+  """
+  t_start = time.time()
+  primary = jax.process_index() == 0
+  say = lambda msg: console.say(msg, enabled=verbose and primary)  # noqa: E731
+  devices = list(jax.devices() if devices is None else devices)
+  spec = spec_lib.resolve(config, len(devices))
+  workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
+  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size)
+  say(spec_lib.describe(spec, config, len(devices)))
+
+  mesh = sharding_lib.make_mesh(spec.mesh, devices)
+  rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
+                                           spec.global_batch_size)
+  data = prepare_data(config, spec, rows)
+  say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
+      f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs")
+  unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
+
+  workdir.mkdir(parents=True, exist_ok=True)
+  program = step_lib.build_program(config, spec, mesh)
+  ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
+                                     config.train.keep_checkpoints)
+  state, resumed = _restore_or_init(ckpt, program)
+  start_step = int(jax.device_get(state["step"]))
+  if primary:
+    checkpoint_lib.write_run_config(workdir, config, spec)
+  if resumed:
+    say(f"resumed from checkpoint at step {start_step} in {workdir}")
+
+  peak_total, peak_src = mfu.peak_flops(config, len(devices))
+  bar = console.progress(total=spec.steps, initial=start_step, unit="step",
+                         enabled=config.train.progress and primary and start_step < spec.steps)
+  log = _StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary), bar,
+                 budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step, peak_total)
+  state = _run_steps(config, program, data, state, start_step, ckpt, log, say)
+
+  if math.isnan(log.eval_loss):
+    log.eval_loss = _evaluate(program, state["params"], data.evals)
+  summary = _summary(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
+                     unigram=unigram, peak_src=peak_src, resumed=resumed,
+                     wall_s=time.time() - t_start)
+  if primary:
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+  _report(summary, spec, say)
+  return summary

@@ -1,0 +1,56 @@
+"""A run's metrics: ``metrics.jsonl`` rows and TensorBoard scalars, and the eval schedule."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+from chinchax import tblog
+
+
+def log_spaced_steps(steps: int, n: int) -> set[int]:
+  """Up to ``n`` distinct steps in [1, steps], log-spaced (for loss-vs-FLOPs curves)."""
+  if n <= 0:
+    return set()
+  return {int(s) for s in np.unique(np.round(np.geomspace(1, steps, n)).astype(int))}
+
+
+class MetricsLog:
+  """Appends JSONL rows and TensorBoard scalars (``chinchax.tblog``; written when ``enabled``).
+
+  On resume drops JSONL rows past the restored step and purges them in
+  TensorBoard; :attr:`last_loss` is the last training loss kept (NaN if none),
+  then the last one written.
+  """
+
+  def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool):
+    self.path, self.enabled = path, enabled
+    self.tb = None
+    self.last_loss = float("nan")
+    if path.exists():
+      keep = [l for l in path.read_text().splitlines()
+              if l.strip() and json.loads(l).get("step", 0) <= resume_step]
+      losses = [json.loads(l)["loss"] for l in keep if "loss" in json.loads(l)]
+      if losses:
+        self.last_loss = float(losses[-1])
+      if enabled:
+        path.write_text("".join(l + "\n" for l in keep))
+    if enabled:
+      self.tb = tblog.ScalarWriter(path.parent / tblog.TB_DIR,
+                                   purge_step=resume_step + 1 if resume_step else None)
+
+  def write(self, row: dict) -> None:
+    """Appends ``row`` (a flat dict of scalars with a ``step``)."""
+    if "loss" in row:
+      self.last_loss = float(row["loss"])
+    if self.enabled:
+      with self.path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+      self.tb.write(row)
+
+  def close(self) -> None:
+    if self.tb is not None:
+      self.tb.close()
+      self.tb = None

@@ -1,0 +1,128 @@
+"""The run spec: everything a run settles from its config before touching data or devices."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from chinchax import attention as attention_lib
+from chinchax import budget
+from chinchax import config as config_lib
+from chinchax import model as model_lib
+from chinchax.data import tokenizers as tokenizers_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """Everything a run settles before touching data or devices.
+
+  Attributes:
+    model: the static model config.
+    seq_len, global_batch_size: tokens per sequence and sequences per step.
+    counts: parameter counts (total / non-embedding / embedding).
+    n_kind: which N the budget counts (``"total"`` or ``"non_embedding"``).
+    n_params: the N of the budget (``budget.n_kind``).
+    target_tokens: D asked for by the budget (tokens).
+    steps: training steps = round(D / tokens_per_step), at least 1.
+    tokens: actual tokens seen = steps × global_batch_size × seq_len.
+    flops_6nd: C = 6·N·tokens (FLOPs).
+    warmup_steps: linear warmup steps (≤ 10% of steps).
+    mesh: resolved {"data", "fsdp", "tensor"} sizes.
+  """
+
+  model: model_lib.ModelConfig
+  seq_len: int
+  global_batch_size: int
+  counts: budget.ParamCounts
+  n_kind: str
+  n_params: int
+  target_tokens: float
+  steps: int
+  tokens: int
+  flops_6nd: float
+  warmup_steps: int
+  mesh: dict
+
+  @property
+  def tokens_per_step(self) -> int:
+    return self.global_batch_size * self.seq_len
+
+  @property
+  def tokens_per_param(self) -> float:
+    return self.tokens / self.n_params
+
+  def shape(self) -> budget.ModelShape:
+    return self.model.shape(self.seq_len)
+
+
+def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
+  """Validates ``config`` and settles model, budget and mesh (cheap: no data, no devices used).
+
+  Raises:
+    ConfigError: any invalid value (see ``chinchax.config.validate``), or a
+      budget smaller than one step.
+    TokenizerError: (a DataError) data.tokenizer_path is missing or not a tokenizer.json.
+  """
+  config_lib.validate(config, n_devices)
+  backend = backend or jax.default_backend()
+  tok = tokenizers_lib.make_tokenizer(config.data)
+  m = config.model
+  vocab = m.vocab_size or tok.vocab_size
+  if not m.vocab_size and backend != "cpu":
+    vocab = -(-vocab // 128) * 128  # pad to a multiple of 128 for the accelerators' matmul units
+  if vocab < tok.vocab_size:
+    raise config_lib.ConfigError(
+        f"model.vocab_size={vocab} is smaller than the {config.data.tokenizer!r} tokenizer's "
+        f"{tok.vocab_size}; use 0 (follow the tokenizer) or ≥ {tok.vocab_size}")
+  dtype = m.compute_dtype
+  if dtype == "auto":
+    dtype = "float32" if backend == "cpu" else "bfloat16"
+  mcfg = model_lib.ModelConfig(
+      vocab_size=vocab, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, d_ff=m.d_ff,
+      tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, norm_eps=m.norm_eps,
+      init_std=m.init_std, compute_dtype=dtype,
+      attention=attention_lib.resolve_impl(m.attention, backend, dtype), remat=m.remat,
+      scan_layers=bool(m.scan_layers))
+  t, b = config.train, config.budget
+  counts = budget.param_counts(mcfg.shape(t.seq_len))
+  n = counts.total if b.n_kind == "total" else counts.non_embedding
+  per_step = t.global_batch_size * t.seq_len
+  if b.mode == "tokens_per_param":
+    target = budget.tokens_for_budget(n, tokens_per_param=b.tokens_per_param)
+  elif b.mode == "flops":
+    target = budget.tokens_for_budget(n, flops=b.flops)
+  elif b.mode == "tokens":
+    target = float(b.tokens)
+  else:
+    target = float(b.steps * per_step)
+  steps = int(round(target / per_step))
+  if steps < 1:
+    raise config_lib.ConfigError(
+        f"the budget gives D={target:.4g} tokens, less than one step of global_batch_size×seq_len"
+        f" = {per_step} tokens; raise the budget or shrink the batch")
+  warmup = min(t.warmup_steps, steps // 10)
+  return RunSpec(model=mcfg, seq_len=t.seq_len, global_batch_size=t.global_batch_size,
+                 counts=counts, n_kind=b.n_kind, n_params=n, target_tokens=target, steps=steps,
+                 tokens=steps * per_step, flops_6nd=budget.flops_6nd(n, steps * per_step),
+                 warmup_steps=warmup, mesh=config_lib.resolve_mesh_shape(config.mesh, n_devices))
+
+
+def describe(spec: RunSpec, config, n_devices: int) -> str:
+  """The run's budget printout: shape, N three ways, D, C, tokens/param, steps, mesh."""
+  c = spec.counts
+  m = spec.model
+  return "\n".join([
+      f"model   d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} d_ff={m.d_ff} "
+      f"vocab_size={m.vocab_size} seq_len={spec.seq_len} tied={m.tie_embeddings} "
+      f"compute={m.compute_dtype} attention={m.attention} remat={m.remat}"
+      f"{' scan_layers' if m.scan_layers else ''}",
+      f"params  total={c.total:,} non_embedding={c.non_embedding:,} embedding={c.embedding:,}"
+      f"  (N for the budget: {spec.n_kind} = {spec.n_params:,})",
+      f"budget  mode={config.budget.mode} target D={spec.target_tokens:,.0f} tokens -> "
+      f"steps={spec.steps:,} x {spec.tokens_per_step:,} tokens/step = D={spec.tokens:,} tokens",
+      f"        C = 6·N·D = {spec.flops_6nd:.4g} FLOPs; tokens per parameter D/N = "
+      f"{spec.tokens_per_param:.2f}",
+      f"mesh    {spec.mesh} on {n_devices} {jax.default_backend()} device(s), "
+      f"{jax.process_count()} process(es)",
+  ])

@@ -1,0 +1,175 @@
+"""The one builder of a run's train state and jitted step, used by train, bench and tests.
+
+:func:`build_program` turns a config and its :class:`~chinchax.train.spec.RunSpec`
+into a :class:`TrainProgram` on a mesh: the optimizer, the model's graph
+definition, the abstract train state and its shardings (from the one rules
+table in ``chinchax.sharding``), the pure train step jitted with explicit
+in/out shardings and the state donated, and the jitted eval step. Nothing is
+allocated or compiled until :meth:`TrainProgram.init_state` or the first call.
+
+Shape letters: B batch rows, T sequence length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from chinchax import model as model_lib
+from chinchax import sharding as sharding_lib
+from chinchax.train import optim
+from chinchax.train import spec as spec_lib
+from chinchax.train.spec import RunSpec
+
+
+def loss_terms(logits_BTV: jax.Array, targets_BT: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Mean cross-entropy (nats/token) and mean (log Z)² over [B, T], in float32."""
+  logits_BTV = logits_BTV.astype(jnp.float32)
+  log_z_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
+  target_logit_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
+  return jnp.mean(log_z_BT - target_logit_BT), jnp.mean(log_z_BT ** 2)
+
+
+def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
+  """The pure train step: (state, batch int32 [B, T+1]) → (state, metrics).
+
+  The loss is the mean cross-entropy plus ``z_loss``·mean (log Z)² (PaLM,
+  Chowdhery et al. 2022, Sec. 5); ``metrics["loss"]`` is the cross-entropy alone.
+  """
+
+  def train_step(state, batch_BT1):
+    inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
+
+    def loss_fn(params):
+      logits_BTV = nnx.merge(graphdef, params)(inputs_BT)
+      ce, z2 = loss_terms(logits_BTV, targets_BT)
+      return ce + z_loss * z2, ce
+
+    (_, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    metrics = {"loss": ce, "grad_norm": optax.tree.norm(grads), "lr": schedule(state["step"])}
+    return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+
+  return train_step
+
+
+def make_eval_step(graphdef) -> Callable:
+  """The pure eval step: (params, batch int32 [B, T+1]) → mean cross-entropy (nats/token)."""
+
+  def eval_step(params, batch_BT1):
+    logits_BTV = nnx.merge(graphdef, params)(batch_BT1[:, :-1])
+    return loss_terms(logits_BTV, batch_BT1[:, 1:])[0]
+
+  return eval_step
+
+
+def global_batch(batch_sh, local_BT1, global_batch_size: int) -> jax.Array:
+  """This process's rows int32 [b, T+1] of a batch → the global [global_batch_size, T+1] array."""
+  return jax.make_array_from_process_local_data(
+      batch_sh, local_BT1, (global_batch_size, local_BT1.shape[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainProgram:
+  """A run's train state structure and jitted functions on one mesh (nothing allocated yet).
+
+  Attributes:
+    spec: the run spec it was built for.
+    mesh: the device mesh.
+    tx, schedule: the optax optimizer and its LR schedule (``train.optim``).
+    graphdef: the model's NNX graph definition.
+    abstract_state: {"step", "params", "opt_state"} as ShapeDtypeStructs.
+    shardings: the state's NamedShardings (same tree).
+    batch_sharding: sharding of a global batch int32 [B, T+1] (rows over data×fsdp).
+    step: jitted (state, batch [B, T+1]) → (state, metrics), state donated.
+    eval_step: jitted (params, batch [B, T+1]) → mean cross-entropy.
+  """
+
+  spec: RunSpec
+  mesh: Mesh
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  graphdef: Any
+  abstract_state: Any
+  shardings: Any
+  batch_sharding: NamedSharding
+  step: Callable
+  eval_step: Callable
+  init: Callable
+
+  def init_state(self):
+    """A fresh train state created directly sharded (jit of the init with out_shardings)."""
+    return jax.jit(self.init, out_shardings=self.shardings)()
+
+  def global_batch(self, local_BT1) -> jax.Array:
+    """This process's rows int32 [b, T+1] → the global batch [B, T+1] on the mesh."""
+    return global_batch(self.batch_sharding, local_BT1, self.spec.global_batch_size)
+
+  def lower(self):
+    """The train step lowered for abstract inputs that carry their shardings.
+
+    ``lower().compile()`` is the very executable the step's own calls reuse,
+    so compiling it ahead of a timed loop does not compile twice.
+    """
+    state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                         self.abstract_state, self.shardings)
+    batch = jax.ShapeDtypeStruct((self.spec.global_batch_size, self.spec.seq_len + 1),
+                                 jnp.int32, sharding=self.batch_sharding)
+    return self.step.lower(state, batch)
+
+
+def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
+  """Builds the optimizer, abstract state, shardings and jitted steps of a run on ``mesh``.
+
+  The state is sized by ``nnx.eval_shape`` (no allocation); its shardings come
+  from the logical-axis rules (``sharding.state_shardings``); the step is jitted
+  with explicit in/out shardings (state as the shardings, batch over
+  (data, fsdp)) and donates the state.
+
+  Args:
+    config: the run's ConfigDict (``train.*`` optimizer knobs, ``train.z_loss``, ``seed``).
+    spec: ``resolve(config, n_devices)``.
+    mesh: the device mesh (``sharding.make_mesh(spec.mesh, devices)``).
+  """
+  tx, schedule = optim.make_optimizer(config, spec)
+  seed = config.seed
+
+  def init():
+    model = model_lib.Transformer(spec.model, nnx.Rngs(params=seed))
+    _, params = nnx.split(model, nnx.Param)
+    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+
+  abs_model = nnx.eval_shape(lambda: model_lib.Transformer(spec.model, nnx.Rngs(params=seed)))
+  graphdef, _ = nnx.split(abs_model, nnx.Param)
+  abstract_state = jax.eval_shape(init)
+  shardings = sharding_lib.state_shardings(abstract_state, mesh)
+  batch_sh = sharding_lib.batch_sharding(mesh)
+  step = jax.jit(make_train_step(graphdef, tx, schedule, config.train.z_loss),
+                 in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
+                 donate_argnums=0)
+  eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings["params"], batch_sh))
+  return TrainProgram(spec=spec, mesh=mesh, tx=tx, schedule=schedule, graphdef=graphdef,
+                      abstract_state=abstract_state, shardings=shardings,
+                      batch_sharding=batch_sh, step=step, eval_step=eval_step, init=init)
+
+
+def compiled_train_step_cost(config) -> dict:
+  """XLA ``cost_analysis()`` of the compiled train step for ``config`` on the current devices.
+
+  Returns:
+    {"flops": FLOPs per step, "bytes accessed": bytes per step, ...} as XLA reports
+    them (summed over the program; per device program under SPMD).
+  """
+  spec = spec_lib.resolve(config, jax.device_count())
+  program = build_program(config, spec, sharding_lib.make_mesh(spec.mesh))
+  cost = program.lower().compile().cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0]
+  return dict(cost)
