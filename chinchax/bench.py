@@ -69,6 +69,7 @@ import numpy as np
 from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hardware as hardware_lib
+from chinchax import runtime
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "bench.py"
@@ -509,8 +510,7 @@ def _child_main(argv: list[str]) -> int:
   """``python -m chinchax.bench --child IN.json OUT.json``: one probe or one point."""
   job = json.loads(pathlib.Path(argv[0]).read_text())
   c = _overlay(config_lib.base_config(), job["config"])
-  from chinchax import cli
-  cli.setup_cpu_devices(c.mesh.num_cpu_devices)
+  runtime.setup_cpu_devices(c.mesh.num_cpu_devices)
   if job["kind"] == "probe":
     out = probe(c, job["hardware"])
   else:
