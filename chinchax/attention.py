@@ -17,10 +17,11 @@ says why when it falls back.
 
 from __future__ import annotations
 
-import logging
-
 import jax
 import jax.numpy as jnp
+
+from chinchax import console
+from chinchax import sharding as sharding_lib
 
 IMPLS = ("auto", "xla", "cudnn", "splash")
 SPLASH_BLOCK = 128  # splash kernel block size (tokens); seq_len must be a multiple of it
@@ -43,15 +44,15 @@ def resolve_impl(impl: str, backend: str, compute_dtype: str) -> str:
   if impl == "splash":
     reason = splash_unavailable(backend)
     if reason:
-      logging.warning("attention='splash' %s; falling back to 'xla'", reason)
+      console.warn(f"attention='splash' {reason}; falling back to 'xla'")
       return "xla"
     return impl
   cudnn_ok = backend == "gpu" and compute_dtype in ("bfloat16", "float16")
   if impl == "auto":
     return "cudnn" if cudnn_ok else "xla"
   if impl == "cudnn" and not cudnn_ok:
-    logging.warning("attention='cudnn' needs an NVIDIA GPU and a 16-bit compute dtype "
-                    "(backend=%s, compute_dtype=%s); falling back to 'xla'", backend, compute_dtype)
+    console.warn(f"attention='cudnn' needs an NVIDIA GPU and a 16-bit compute dtype "
+                 f"(backend={backend}, compute_dtype={compute_dtype}); falling back to 'xla'")
     return "xla"
   return impl
 
@@ -81,7 +82,6 @@ def splash_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
     ValueError: T is not a multiple of the block size.
   """
   from jax.experimental.pallas.ops.tpu import splash_attention as splash
-  from chinchax import sharding as sharding_lib
 
   T, K = q_BTHK.shape[1], q_BTHK.shape[3]
   block = min(SPLASH_BLOCK, T)

@@ -48,11 +48,12 @@ import logging
 import os
 import pathlib
 import shutil
-import sys
 
 import numpy as np
 
 from chinchax import errors
+from chinchax import model as model_lib
+from chinchax.data import tokenizers as tokenizers_lib
 
 FORMATS = ("safetensors",)
 DTYPES = ("float32", "bfloat16")
@@ -141,7 +142,6 @@ def load_params(workdir, step: int | None = None) -> tuple[dict, int]:
 
 def model_config(run: dict):
   """The float32 ``chinchax.model.ModelConfig`` of a run's config.json."""
-  from chinchax import model as model_lib
 
   m, sig = run["config"]["model"], run["model_signature"]
   return model_lib.ModelConfig(
@@ -273,7 +273,6 @@ def chinchax_logits(params: dict, cfg, tokens_BT: np.ndarray) -> np.ndarray:
   import jax.numpy as jnp
   from flax import nnx
 
-  from chinchax import model as model_lib
 
   abstract = nnx.eval_shape(lambda: model_lib.Transformer(cfg, nnx.Rngs(params=0)))
   graphdef, state = nnx.split(abstract, nnx.Param)
@@ -305,7 +304,6 @@ def _run_tokenizer(workdir: pathlib.Path, run: dict, tokenizer_path: str):
       else:
         return None, None, None, {"kind": data["tokenizer"], "note": "tokenizer.json not "
                                   "found; pass --tokenizer PATH to include it"}
-  from chinchax.data import tokenizers as tokenizers_lib
   tok = tokenizers_lib.HFTokenizer.from_file(str(path), data.get("eos_token", "") or "")
   return path, tok, tok.eos_id, tok.describe()
 
@@ -408,13 +406,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument("--verify", action="store_true",
                       help="check a numpy forward of the export against chinchax's logits")
   args = parser.parse_args(argv)
-  from chinchax.data.sources import DataError
-  try:
-    out = export(args.workdir, args.out or None, fmt=args.format, step=args.step,
-                 dtype=args.dtype, tokenizer_path=args.tokenizer, overwrite=args.overwrite,
-                 verify=args.verify)
-  except (ExportError, DataError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  out = export(args.workdir, args.out or None, fmt=args.format, step=args.step,
+               dtype=args.dtype, tokenizer_path=args.tokenizer, overwrite=args.overwrite,
+               verify=args.verify)
   print(f"exported {args.workdir} → {out} (HF LlamaForCausalLM, {args.dtype})")
   return 0

@@ -7,8 +7,8 @@ in the middle of the spread). Each (C, N) becomes a concrete shape by
 schedule spanning exactly its own steps (``budget.mode = "flops"``). Every run
 has its own workdir and appends one row to ``results.jsonl``; a rerun skips
 finished runs and resumes unfinished ones from their checkpoints; a failed run
-is recorded as failed and the ladder goes on. At the end the analysis package
-fits Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table.
+is recorded as failed and the ladder goes on. ``chinchax ladder`` then has the
+analysis package fit Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table.
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ import json
 import math
 import os
 import pathlib
-import sys
 import time
 import traceback
 
+import jax
 import numpy as np
 
 from chinchax import budget
 from chinchax import config as config_lib
+from chinchax import console
+from chinchax import train as train_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,19 +184,17 @@ def _eval_curve(workdir: pathlib.Path, n_params: int, tokens_per_step: int) -> l
   return curve
 
 
-def run_ladder(config, devices=None, fit: bool = True) -> pathlib.Path:
+def run_ladder(config, devices=None) -> pathlib.Path:
   """Runs (or resumes) the ladder of ``config``; returns the results-table path.
+
+  The fit of the table is the caller's (``chinchax ladder`` runs it when
+  ``ladder.fit`` is set).
 
   Raises:
     ConfigError: invalid ladder or training config, a budget whose runs are
       shorter than ``ladder.min_steps``, before any run starts.
     DataError: the corpus cannot feed the largest D without repetition.
   """
-  import jax
-  from tqdm.auto import tqdm
-
-  from chinchax import train as train_lib
-
   lc = config.ladder
   validate_ladder(lc)
   base = config.train_config
@@ -229,16 +229,16 @@ def run_ladder(config, devices=None, fit: bool = True) -> pathlib.Path:
   total_c = sum(r.C_budget for r in runs)
   done_c = total_c - sum(r.C_budget for r in todo)
   is_main = jax.process_index() == 0
-  print(f"ladder  {len(runs)} runs over {lc.n_budgets} budgets "
-        f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs; {len(runs) - len(todo)} already done; "
-        f"results -> {table.path}", flush=True)
+  console.say(f"ladder  {len(runs)} runs over {lc.n_budgets} budgets "
+              f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs; {len(runs) - len(todo)} already done; "
+              f"results -> {table.path}")
   for r in runs:
     c = r.counts
-    print(f"        {r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
-          f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} D={r.D:,.0f} "
-          f"D/N={r.D / c.total:.1f}{'  (done)' if table.done(r.run_id) else ''}", flush=True)
-  bar = tqdm(total=round(total_c / 1e9), initial=round(done_c / 1e9), unit="GFLOP",
-             dynamic_ncols=True, file=sys.stdout, disable=not (is_main and lc.progress))
+    console.say(f"        {r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
+                f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} D={r.D:,.0f} "
+                f"D/N={r.D / c.total:.1f}{'  (done)' if table.done(r.run_id) else ''}")
+  bar = console.progress(total=round(total_c / 1e9), initial=round(done_c / 1e9), unit="GFLOP",
+                         enabled=is_main and lc.progress)
   for i, r in enumerate(todo):
     bar.set_description(f"run {len(runs) - len(todo) + i + 1}/{len(runs)} {r.run_id}")
     cfg = run_config(base, r, workdir)
@@ -267,7 +267,7 @@ def run_ladder(config, devices=None, fit: bool = True) -> pathlib.Path:
     except Exception as e:  # one failed run must not stop the ladder
       row.update({"status": "failed", "error": f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc(limit=5), "wall_time_s": time.time() - t0})
-      print(f"\nrun {r.run_id} failed: {type(e).__name__}: {e}", flush=True)
+      console.say(f"\nrun {r.run_id} failed: {type(e).__name__}: {e}")
     if is_main:
       table.upsert(row)
       if row["status"] == "done":
@@ -276,12 +276,6 @@ def run_ladder(config, devices=None, fit: bool = True) -> pathlib.Path:
     bar.update(round(r.C_budget / 1e9))
   bar.close()
   n_failed = sum(1 for row in table.rows.values() if row.get("status") != "done")
-  print(f"ladder  finished: {len(table.rows) - n_failed} runs done, {n_failed} failed; "
-        f"table {table.path}", flush=True)
-  if fit and lc.fit and is_main:
-    from analysis import cli as analysis_cli
-    rc = analysis_cli.main([str(table.path), "--out", str(workdir / "fit"),
-                            "--bootstrap", str(lc.bootstrap)])
-    if rc != 0:
-      print(f"fit     could not fit the table (exit {rc}); see the message above", flush=True)
+  console.say(f"ladder  finished: {len(table.rows) - n_failed} runs done, {n_failed} failed; "
+              f"table {table.path}")
   return table.path

@@ -3,7 +3,6 @@ the step-time fits, the attention fallback message, and the bare-JAX twin's equi
 
 import importlib.util
 import json
-import logging
 import math
 import pathlib
 import sys
@@ -223,16 +222,14 @@ def test_heldout_indices_are_interior_and_distinct():
 # ---------------------------------------------------------------------------- attention, bare JAX
 
 
-def test_attention_switch_falls_back_with_a_message(caplog):
-  with caplog.at_level(logging.WARNING):
-    assert attention_lib.resolve_impl("cudnn", "cpu", "float32") == "xla"
-  assert "attention='cudnn' needs an NVIDIA GPU" in caplog.text
-  assert "falling back to 'xla'" in caplog.text
-  caplog.clear()
-  with caplog.at_level(logging.WARNING):
-    assert attention_lib.resolve_impl("splash", "gpu", "bfloat16") == "xla"
-  assert ("attention='splash' (Pallas splash attention) needs a TPU, the backend is 'gpu'; "
-          "falling back to 'xla'") in caplog.text
+def test_attention_switch_falls_back_with_a_message(capsys):
+  assert attention_lib.resolve_impl("cudnn", "cpu", "float32") == "xla"
+  err = capsys.readouterr().err
+  assert err.startswith("warning: attention='cudnn' needs an NVIDIA GPU")
+  assert "falling back to 'xla'" in err
+  assert attention_lib.resolve_impl("splash", "gpu", "bfloat16") == "xla"
+  assert ("warning: attention='splash' (Pallas splash attention) needs a TPU, the backend is "
+          "'gpu'; falling back to 'xla'") in capsys.readouterr().err
   assert attention_lib.resolve_impl("auto", "cpu", "float32") == "xla"
   assert attention_lib.resolve_impl("auto", "gpu", "bfloat16") == "cudnn"
   with pytest.raises(ValueError, match="'flash' is not one of"):

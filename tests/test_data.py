@@ -6,12 +6,12 @@ import pathlib
 import numpy as np
 import pytest
 
-from chinchax.data import pipeline, sources, store, tokenizers
+from chinchax.data import builder, pipeline, sources, store, tokenizers
 
 
 def _store(corpus, root, val_fraction=0.1):
   src = sources.FileSource(str(corpus / "*.txt"))
-  return src, store.build_or_load(src, tokenizers.ByteTokenizer(), str(root), val_fraction)
+  return src, builder.build(src, tokenizers.ByteTokenizer(), str(root), val_fraction)
 
 
 def test_store_round_trips_documents(small_corpus, tmp_path):
@@ -99,7 +99,7 @@ def test_corpus_smaller_than_one_batch(tmp_path):
   (tmp_path / "a.txt").write_text("tiny corpus " * 20)
   (tmp_path / "b.txt").write_text("another one " * 20)
   src = sources.FileSource(str(tmp_path / "*.txt"))
-  d = store.build_or_load(src, tokenizers.ByteTokenizer(), str(tmp_path / "s"), 0.5)
+  d = builder.build(src, tokenizers.ByteTokenizer(), str(tmp_path / "s"), 0.5)
   with pytest.raises(sources.DataError, match="fewer than one batch of global_batch_size=64"):
     pipeline.TrainBatches(store.TokenSplit(d, "train"), 32, 64, steps=1, seed=0)
 
@@ -110,7 +110,7 @@ def test_missing_glob_and_empty_corpus(tmp_path):
   (tmp_path / "empty.txt").write_bytes(b"")
   src = sources.FileSource(str(tmp_path / "*.txt"))
   with pytest.raises(sources.DataError, match="no non-empty document"):
-    store.build_or_load(src, tokenizers.ByteTokenizer(), str(tmp_path / "s"), 0.1)
+    builder.build(src, tokenizers.ByteTokenizer(), str(tmp_path / "s"), 0.1)
   assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
 
 

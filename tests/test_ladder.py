@@ -56,19 +56,19 @@ def test_bad_ladder_configs(tmp_path, small_corpus, store_root):
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.c_max = 1e7
   with pytest.raises(config_lib.ConfigError, match="c_max=1e\\+07 is below ladder.c_min"):
-    ladder.run_ladder(c, fit=False)
+    ladder.run_ladder(c)
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.sizes_per_budget = 2
   with pytest.raises(config_lib.ConfigError, match="sizes_per_budget=2"):
-    ladder.run_ladder(c, fit=False)
+    ladder.run_ladder(c)
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=1e3, c_max=1e4, min_steps=5)
   with pytest.raises(config_lib.ConfigError, match="steps of 256 tokens"):
-    ladder.run_ladder(c, fit=False)
+    ladder.run_ladder(c)
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=1e13, c_max=1e13, n_budgets=1)
   with pytest.raises(config_lib.ConfigError, match="epochs of the"):
-    ladder.run_ladder(c, fit=False)
+    ladder.run_ladder(c)
   assert not (tmp_path / "ladder" / "results.jsonl").exists()
 
 
@@ -87,7 +87,7 @@ def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store
             "final_eval_bits_per_byte": 4.5, "tokens_per_s": 1.0, "mfu": 0.0}
 
   monkeypatch.setattr(train_lib, "train", fake_train)
-  path = ladder.run_ladder(c, fit=False)
+  path = ladder.run_ladder(c)
   rows = [json.loads(l) for l in path.read_text().splitlines()]
   assert len(calls) == len(runs) == len(rows)
   by_id = {r["run_id"]: r for r in rows}
@@ -95,7 +95,7 @@ def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store
   assert sum(r["status"] == "done" for r in rows) == len(runs) - 1
   # A rerun retries only the failed run and keeps one row per run.
   calls.clear()
-  ladder.run_ladder(c, fit=False)
+  ladder.run_ladder(c)
   assert [pathlib.Path(w).name for w in calls] == [bad]
   assert len(path.read_text().splitlines()) == len(runs)
 

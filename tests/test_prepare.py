@@ -56,9 +56,9 @@ def test_jsonl_and_parquet_with_custom_field_give_the_same_store(tmp_path):
   _jsonl(tmp_path / "c.jsonl", texts, field="body")
   pq.write_table(pa.table({"body": texts, "n": list(range(len(texts)))}), tmp_path / "c.parquet")
   tok = tokenizers.ByteTokenizer()
-  d1 = store.build_or_load(sources.FileSource(str(tmp_path / "c.jsonl"), "body"), tok,
+  d1 = builder.build(sources.FileSource(str(tmp_path / "c.jsonl"), "body"), tok,
                            str(tmp_path / "s"), 0.1)
-  d2 = store.build_or_load(sources.FileSource(str(tmp_path / "c.parquet"), "body"), tok,
+  d2 = builder.build(sources.FileSource(str(tmp_path / "c.parquet"), "body"), tok,
                            str(tmp_path / "s"), 0.1)
   m1, m2 = _manifest(d1), _manifest(d2)
   assert d1 != d2 and m1["content_sha256"] == m2["content_sha256"]
@@ -83,7 +83,7 @@ def test_invalid_utf8_and_empty_documents(tmp_path):
                  tmp_path / "c.parquet")
   src = sources.FileSource(",".join(str(tmp_path / p) for p in ("*.txt", "*.jsonl", "*.parquet")))
   tok = tokenizers.ByteTokenizer()
-  d = store.build_or_load(src, tok, str(tmp_path / "s"), 0.3)
+  d = builder.build(src, tok, str(tmp_path / "s"), 0.3)
   m = _manifest(d)["documents"]
   assert m == {"read": 11, "kept": 7, "empty_skipped": 4, "invalid_utf8_replaced": 4,
                "invalid_utf8_skipped": 0}
@@ -153,7 +153,7 @@ def test_uint32_store_for_a_vocab_above_65536(tmp_path):
   tok = tokenizers.HFTokenizer.from_file(str(tmp_path / "tokenizer.json"))
   assert tok.vocab_size == 70002 and tok.dtype == np.uint32 and tok.eos_id == 70000
   _jsonl(tmp_path / "c.jsonl", ["abc", "xyz Q", "hello"], field="text")
-  d = store.build_or_load(sources.FileSource(str(tmp_path / "c.jsonl")), tok, str(tmp_path / "s"), 0.3)
+  d = builder.build(sources.FileSource(str(tmp_path / "c.jsonl")), tok, str(tmp_path / "s"), 0.3)
   assert _manifest(d)["dtype"] == "uint32"
   toks = np.concatenate([store.TokenSplit(d, s).all_tokens() for s in store.SPLITS])
   assert toks.dtype == np.uint32 and 70000 in toks and 70001 in toks

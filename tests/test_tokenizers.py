@@ -118,7 +118,7 @@ def test_training_on_bpe_reports_bits_per_byte(bpe_run):
     assert r["eval_bits_per_byte"] == pytest.approx(store.bits_per_byte(r["eval_loss"], val["tokens"], val["bytes"]))
   # The byte store of the same corpus holds out exactly the same text: bits/byte compare directly.
   src = sources.make_source(c.data)
-  db = store.build_or_load(src, tokenizers.ByteTokenizer(), c.data.store_root, c.data.val_fraction)
+  db = builder.build(src, tokenizers.ByteTokenizer(), c.data.store_root, c.data.val_fraction)
   assert json.loads((db / "manifest.json").read_text())["splits"]["val"]["bytes"] == val["bytes"]
 
 

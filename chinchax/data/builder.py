@@ -36,7 +36,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import logging
 import multiprocessing
 import os
 import pathlib
@@ -48,6 +47,7 @@ import time
 
 import numpy as np
 
+from chinchax import console
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -193,10 +193,6 @@ def trained_bpe(source, spec, store_root: pathlib.Path, fp: str, val_fraction: f
   return tok
 
 
-def _say(msg: str) -> None:
-  print(msg, file=sys.stderr, flush=True)
-
-
 def build(source, tokenizer, store_root: str, val_fraction: float, *,
           decode_errors: str = "replace", workers: int = 1, shard_mb: float = 4.0,
           progress: bool = False) -> pathlib.Path:
@@ -315,18 +311,15 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
     if not store_lib.is_complete(final):
       raise
   shutil.rmtree(partial, ignore_errors=True)
-  logging.info("built token store %s in %.1fs: %s", final, timings["total_s"], counts)
   return final
 
 
 def _tokenize(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, decode_errors,
               workers, progress, partial) -> tuple[int, int]:
   """Tokenizes every shard not already on disk; returns (shards in the corpus, reused)."""
-  from tqdm.auto import tqdm
-
   done = {p.name for p in shard_dir.glob("*.npz")}
-  bar = tqdm(total=info.bytes, unit="B", unit_scale=True, desc="tokenize", disable=not progress,
-             file=sys.stderr, dynamic_ncols=True)
+  bar = console.progress(total=info.bytes, unit="B", unit_scale=True, desc="tokenize",
+                         enabled=progress, stream=sys.stderr)
   pool, held, inflight = None, None, collections.deque()
   n_shards = reused = 0
 
@@ -373,8 +366,8 @@ def _tokenize(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, dec
     bar.close()
     if isinstance(e, KeyboardInterrupt):
       kept = len(list(shard_dir.glob("*.npz")))
-      _say(f"interrupted: {kept} finished shard(s) kept in {partial}; "
-           f"rerun the same command to resume")
+      console.say(f"interrupted: {kept} finished shard(s) kept in {partial}; "
+                  f"rerun the same command to resume", stream=sys.stderr)
     raise
   if pool is not None:
     pool.close()
@@ -482,6 +475,6 @@ def run_prepare(config) -> pathlib.Path:
   started = time.time()
   directory = prepare(config.data, progress=True)
   if (directory / store_lib.MANIFEST).stat().st_mtime < started:
-    print("store already complete (built earlier; times below are from that build)")
-  print(report(directory), flush=True)
+    console.say("store already complete (built earlier; times below are from that build)")
+  console.say(report(directory))
   return directory

@@ -112,22 +112,6 @@ def content_hash(directory: pathlib.Path) -> str:
   return hash_parts(dtype, parts)
 
 
-def build_or_load(source, tokenizer, store_root: str, val_fraction: float, *,
-                  decode_errors: str = "replace", workers: int = 1, shard_mb: float = 4.0,
-                  progress: bool = False) -> pathlib.Path:
-  """Returns the directory of the token store for (source, tokenizer), building it if absent.
-
-  See :func:`chinchax.data.builder.build` for the arguments; the defaults
-  tokenize in this process without a progress bar.
-
-  Raises:
-    DataError: the corpus has no non-empty document.
-  """
-  from chinchax.data import builder
-  return builder.build(source, tokenizer, store_root, val_fraction, decode_errors=decode_errors,
-                       workers=workers, shard_mb=shard_mb, progress=progress)
-
-
 class TokenSplit:
   """One split of a store: random-access token reads.
 

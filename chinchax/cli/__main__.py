@@ -1,0 +1,7 @@
+"""``python -m chinchax.cli <verb> ...``: the same as the ``chinchax`` command."""
+
+import sys
+
+from chinchax.cli import main
+
+sys.exit(main())

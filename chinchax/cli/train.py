@@ -1,0 +1,36 @@
+"""``chinchax train``: one training run from a config file and dotted overrides."""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+
+from chinchax import config as config_lib
+from chinchax import distributed as distributed_lib
+from chinchax import runtime
+from chinchax import train as train_lib
+from chinchax.cli import flags as flags_lib
+
+
+def main(argv: list[str]) -> int:
+  """Runs (or resumes) the run; 0 when done, 75 when preempted after its checkpoint.
+
+  Raises:
+    UserError: bad flags, config, data, checkpoint or multi-process start-up.
+  """
+  config = flags_lib.parse_config(argv, flags_lib.config_file("train.py"), "train")
+  if config is None:
+    return 0
+  config_lib.validate(config)
+  runtime.setup_cpu_devices(config.mesh.num_cpu_devices)
+  runtime.setup_compilation_cache(config.compile_cache_dir)
+  distributed_lib.initialize(config.distributed)  # before any device is used
+  distributed_lib.install_sigterm_handler()
+  try:
+    train_lib.train(config)
+  except distributed_lib.Preempted as e:
+    if jax.process_index() == 0:
+      print(str(e), file=sys.stderr)
+    return distributed_lib.PREEMPTED_EXIT_CODE
+  return 0
