@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -154,8 +155,14 @@ def test_every_package_directory_is_installed():
 
 def test_wheel_carries_the_configs(tmp_path):
   """A non-editable install has configs/*.py as chinchax/configs/ (the CLI's defaults)."""
+  src = tmp_path / "src"  # a copy, so the build leaves nothing in the checkout
+  src.mkdir()
+  for name in ("pyproject.toml", "README.md"):
+    shutil.copy(REPO / name, src / name)
+  for top in OURS + ("configs",):
+    shutil.copytree(REPO / top, src / top, ignore=shutil.ignore_patterns("__pycache__"))
   subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
-                  str(REPO)], check=True, capture_output=True)
+                  str(src)], check=True, capture_output=True)
   (wheel,) = tmp_path.glob("chinchax-*.whl")
   names = set(zipfile.ZipFile(wheel).namelist())
   for f in ("train.py", "ladder.py", "bench.py"):
