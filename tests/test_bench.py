@@ -16,9 +16,12 @@ from flax import nnx
 from chinchax import attention as attention_lib
 from chinchax import bench
 from chinchax import budget
+from chinchax import cli
 from chinchax import config as config_lib
 from chinchax import hardware as hw
 from chinchax import train as train_lib
+from chinchax.bench import __main__ as bench_main
+from chinchax.bench import isolate
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -130,24 +133,32 @@ def test_oversized_point_is_recorded_oom_without_running():
   assert row["compiled_memory_bytes"] > 1e3 and "step_time_s" not in row
 
 
-def test_cli_isolated_point_and_crash_recorded(tmp_path, capsys):
+def test_cli_isolated_point_recorded(tmp_path, capsys):
   wd = tmp_path / "iso"
-  rc = bench.main(["--config", f"{REPO}/configs/bench.py:tiny", f"--config.workdir={wd}",
-                   "--config.bench.isolate=True", "--config.sweeps.batch.global_batch_size=8"])
+  rc = cli.main(["bench", "--config", f"{REPO}/configs/bench.py:tiny", f"--config.workdir={wd}",
+                 "--config.bench.isolate=True", "--config.sweeps.batch.global_batch_size=8"])
   assert rc == 0
   rows = [json.loads(l) for l in (wd / "results.jsonl").read_text().splitlines()]
   assert [r["status"] for r in rows] == ["ok", "invalid"]
   assert rows[0]["memory_source"] == "compiled memory_analysis"  # CPU keeps no memory_stats
   assert "[1/2] t1_b8_t32_xla_dp_none_float32: ok" in capsys.readouterr().out
+
+
+def test_crashed_child_is_a_failed_row(tmp_path):
   # A child that dies is a failed row, not a failed bench.
   job = {"kind": "point", "config": {"mesh": {}}}
-  row = bench._run_child(job, 120, tmp_path, "broken")
+  row = isolate.run_child(job, 120, tmp_path, "broken")
   assert row["status"] == "crashed" and "exit status 1" in row["error"]
 
 
+def test_child_entry_takes_only_a_job(capsys):
+  assert bench_main.main(["--config", "configs/bench.py:tiny"]) == 2
+  assert "usage: python -m chinchax.bench --child IN.json OUT.json" in capsys.readouterr().err
+
+
 def test_cli_rejects_bad_config_before_work(tmp_path, capsys):
-  rc = bench.main(["--config", f"{REPO}/configs/bench.py:tiny", f"--config.workdir={tmp_path}",
-                   "--config.sweeps.batch.mesh=4x4"])
+  rc = cli.main(["bench", "--config", f"{REPO}/configs/bench.py:tiny",
+                 f"--config.workdir={tmp_path}", "--config.sweeps.batch.mesh=4x4"])
   assert rc == 2
   assert "error: mesh layout '4x4'" in capsys.readouterr().err
   assert not (tmp_path / "results.jsonl").exists()
