@@ -57,7 +57,7 @@ config check), :mod:`~chinchax.bench.measure` (one point timed),
 from chinchax.bench.measure import STATUSES, measure_point
 from chinchax.bench.memory import compiled_memory_bytes, device_memory_limit, is_oom, peak_memory
 from chinchax.bench.plots import write_plots
-from chinchax.bench.points import (DEFAULT_CONFIG, MESH_LAYOUTS, SWEEP_FIELDS, Point,
+from chinchax.bench.points import (MESH_LAYOUTS, SWEEP_FIELDS, Point,
                                    expand_points, parse_mesh, point_config, validate_bench)
 from chinchax.bench.probe import match_accelerator, probe
 from chinchax.bench.report import format_row, summary_markdown
@@ -65,7 +65,7 @@ from chinchax.bench.stepfit import fit_step_time, heldout_indices
 from chinchax.bench.sweep import CSV_COLUMNS, run_bench, write_tables
 
 __all__ = [
-    "CSV_COLUMNS", "DEFAULT_CONFIG", "MESH_LAYOUTS", "STATUSES", "SWEEP_FIELDS", "Point",
+    "CSV_COLUMNS", "MESH_LAYOUTS", "STATUSES", "SWEEP_FIELDS", "Point",
     "compiled_memory_bytes", "device_memory_limit", "expand_points", "fit_step_time",
     "format_row", "heldout_indices", "is_oom", "match_accelerator", "measure_point",
     "parse_mesh", "peak_memory", "point_config", "probe", "run_bench", "summary_markdown",

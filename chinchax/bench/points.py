@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import pathlib
 from typing import Any
 
 import ml_collections
@@ -13,7 +12,6 @@ from chinchax import config as config_lib
 from chinchax import hardware as hardware_lib
 
 # The config ``chinchax bench`` reads when no --config is given.
-DEFAULT_CONFIG = pathlib.Path(__file__).resolve().parents[2] / "configs" / "bench.py"
 MESH_LAYOUTS = {"dp": (-1, 1, 1), "fsdp": (1, -1, 1), "tp": (1, 1, -1)}
 # A sweep's fields, in Point's order: the ones after seq_len are lists of names, and three of
 # those have a fixed set of choices.
