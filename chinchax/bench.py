@@ -69,6 +69,8 @@ import numpy as np
 from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hardware as hardware_lib
+from chinchax.planning import step_time as step_time_lib
+from chinchax.planning import work as work_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "bench.py"
@@ -389,9 +391,9 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   limit, limit_src = device_memory_limit(devices, memory_limit_gb)
   row.update(compiled_memory_bytes=needed, memory_limit_bytes=limit)
   if needed is None:  # no memory analysis: fall back on the analytic estimate
-    needed = hardware_lib.memory_per_device(
+    needed = work_lib.memory_per_device(
         spec.shape(), spec.global_batch_size, n_devices=spec.mesh["data"] * spec.mesh["fsdp"],
-        profile=hardware_lib.ExecutionProfile(4 if m.compute_dtype == "float32" else 2))
+        profile=work_lib.ExecutionProfile(4 if m.compute_dtype == "float32" else 2))
   if needed > limit:
     return {**row, "status": "oom",
             "error": f"the compiled train step needs {needed / 1e9:.3g} GB per device, over the "
@@ -453,20 +455,6 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   return row
 
 
-def match_accelerator(device_kind: str, backend: str,
-                      table: dict[str, hardware_lib.Accelerator]):
-  """The price-table accelerator of a JAX device kind (longest name or alias found), or None."""
-  if backend == "cpu":
-    return table.get("cpu")
-  kind = device_kind.lower().replace(" ", "-")
-  best, best_len = None, 0
-  for acc in table.values():
-    for name in (acc.name,) + acc.aliases:
-      if name in kind and len(name) > best_len:
-        best, best_len = acc, len(name)
-  return best
-
-
 def probe(c, hardware: str = "") -> dict:
   """Devices, MFU peak and price of this process's backend (no train step compiled).
 
@@ -487,7 +475,7 @@ def probe(c, hardware: str = "") -> dict:
     hw = hardware_lib.parse_hardware(hardware, table)
     acc = hw.accelerator
   else:
-    acc = match_accelerator(devices[0].device_kind, jax.default_backend(), table)
+    acc = hardware_lib.match_accelerator(devices[0].device_kind, jax.default_backend(), table)
   if c.train.peak_flops_per_device > 0 or not hardware:
     peak, src = train_lib.peak_flops(c, n)
   else:
@@ -722,14 +710,6 @@ def heldout_indices(n: int, k: int) -> list[int]:
   return sorted(idx)
 
 
-def _fit_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """Non-negative coefficients minimising Σ((X·coef)/y − 1)²."""
-  from scipy import optimize
-  scale = np.maximum(np.abs(X).max(axis=0), 1e-30)
-  coef, _ = optimize.nnls((X / scale) / y[:, None], np.ones_like(y))
-  return coef / scale
-
-
 def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec: str,
                   path: pathlib.Path | None = None) -> dict:
   """Fits and scores the FLOPs-only and FLOPs+bytes step-time models on one sweep.
@@ -754,17 +734,17 @@ def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec
     return out
   r0 = ok[0]
   attention = "xla" if r0["attention"] == "xla" else "cudnn"
-  profile = hardware_lib.ExecutionProfile.from_names(r0["compute_dtype"], attention)
+  profile = work_lib.ExecutionProfile.from_names(r0["compute_dtype"], attention)
   n_dev = r0["n_devices"]
   meas = [_measurement(r) for r in ok]
-  proto = hardware_lib.LinearStepTime(0.0, 0.0, 0.0, profile, n_dev)
+  proto = step_time_lib.LinearStepTime(0.0, 0.0, 0.0, profile, n_dev)
   order = sorted(range(len(ok)), key=lambda i: proto.features(
-      *hardware_lib.measurement_shape(meas[i])[:2])[0])
+      *step_time_lib.measurement_shape(meas[i])[:2])[0])
   ok = [ok[i] for i in order]
   meas = [meas[i] for i in order]
   if path is not None:
-    hardware_lib.write_step_time_file(path, meas, hardware=hardware_spec, n_devices=n_dev,
-                                      compute_dtype=r0["compute_dtype"], attention=attention)
+    step_time_lib.write_step_time_file(path, meas, hardware=hardware_spec, n_devices=n_dev,
+                                       compute_dtype=r0["compute_dtype"], attention=attention)
     out["path"] = str(path)
   try:
     held = heldout_indices(len(ok), n_heldout)
@@ -772,13 +752,13 @@ def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec
     out["skipped"] = str(e)
     return out
   out["heldout_points"] = [ok[i]["name"] for i in held]
-  out["heldout"] = hardware_lib.heldout_errors(meas, held, profile=profile, n_devices=n_dev)
+  out["heldout"] = step_time_lib.heldout_errors(meas, held, profile=profile, n_devices=n_dev)
   if all(r.get("xla_flops") and r.get("xla_bytes_accessed") for r in ok):
     X = np.array([[1.0, r["xla_flops"], r["xla_bytes_accessed"]] for r in ok])
     y = np.array([r["step_time_s"] for r in ok])
     train = np.array([i not in held for i in range(len(ok))])
     for key, cols in (("xla_flops_only", [0, 1]), ("xla_flops_and_bytes", [0, 1, 2])):
-      coef = _fit_relative(X[train][:, cols], y[train])
+      coef = step_time_lib.fit_relative(X[train][:, cols], y[train])
       errs = [float(X[i, cols] @ coef / y[i] - 1.0) for i in held]
       desc = f"t = {coef[0]:.3g} s + {coef[1]:.3g} s/FLOP"
       if len(cols) == 3:
