@@ -40,10 +40,10 @@ point), ``summary.md``, ``bench.json`` (devices, peak, price, step-time fits),
 ``tokens_per_s_vs_batch.png``, ``mfu_vs_size.png``, ``memory_vs_batch.png``
 and, when ``bench.fit_sweep`` names a sweep, ``step_time.json`` — the step
 times of that sweep in the format ``chinchax plan --step-time-model`` reads
-(``chinchax.hardware``). Two step-time models are scored on held-out points
+(``chinchax.planning.step_time``). Two step-time models are scored on held-out points
 of that sweep: t = t0 + a·FLOPs, and t = t0 + a·FLOPs + b·bytes ("Time
 Matters", Inbar & Sernau 2024), each with the analytic features of
-``chinchax.hardware`` (what ``plan`` uses) and with XLA's own cost analysis.
+``chinchax.planning.work`` (what ``plan`` uses) and with XLA's own cost analysis.
 """
 
 from __future__ import annotations
@@ -715,8 +715,8 @@ def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec
   """Fits and scores the FLOPs-only and FLOPs+bytes step-time models on one sweep.
 
   Points are ordered by FLOPs; ``n_heldout`` interior ones are held out. The
-  analytic features (``hardware.step_flops``, ``hardware.bytes_per_step``) are
-  scored by ``hardware.heldout_errors``; XLA's ``cost_analysis`` FLOPs and
+  analytic features (``work.step_flops``, ``work.bytes_per_step``) are
+  scored by ``step_time.heldout_errors``; XLA's ``cost_analysis`` FLOPs and
   bytes accessed per device are scored the same way. Every ok point of the
   sweep goes to ``path`` in the step-time file format (``plan
   --step-time-model``).
