@@ -33,10 +33,12 @@ import numpy as np
 
 from chinchax import bench
 from chinchax import budget
-from chinchax import hardware as hw
-from chinchax import plan as plan_lib
 from chinchax import sharding as sharding_lib
 from chinchax import train as train_lib
+from chinchax.planning import calibrate as calibrate_lib
+from chinchax.planning import shapes as shapes_lib
+from chinchax import step_time as step_time_lib
+from chinchax import work as work_lib
 
 SEQ = 128
 V = 257
@@ -47,7 +49,7 @@ HELD_OUT = [2, 5, 8, 11]
 
 
 def plan(hours: float, *extra: str) -> dict:
-  res = subprocess.run([sys.executable, "-m", "chinchax.plan", "--hours", str(hours),
+  res = subprocess.run([sys.executable, "-m", "chinchax.cli", "plan", "--hours", str(hours),
                         "--hardware", "cpu", "--json", *extra],
                        capture_output=True, text=True, check=True)
   return json.loads(res.stdout)
@@ -57,7 +59,7 @@ def run_for(p: dict, seconds: float) -> dict:
   """Train steps of the planned shape back to back for `seconds`, clock started before compile."""
   shape = budget.ModelShape(d_model=p["d_model"], n_layers=p["n_layers"], n_heads=p["n_heads"],
                             d_ff=p["d_ff"], vocab_size=V, seq_len=SEQ)
-  c = plan_lib.step_config(shape, p["global_batch_size"], steps=1000)
+  c = calibrate_lib.step_config(shape, p["global_batch_size"], steps=1000)
   t_start = time.perf_counter()
   spec = train_lib.resolve(c, 1)
   mesh = sharding_lib.make_mesh(spec.mesh, jax.devices()[:1])
@@ -100,9 +102,9 @@ def main():
     B = json.loads(previous.read_text())["planned_batch"]
     print(f"reusing the {len(rows)} measured shapes of {previous}", flush=True)
   for d, L, mult in SWEEP[len(rows):]:
-    s = budget.shape_for(d, L, vocab_size=V, seq_len=SEQ, accelerator=False)
+    s = shapes_lib.shape_for(d, L, vocab_size=V, seq_len=SEQ, accelerator=False)
     gbs = max(1, int(B * mult))
-    r = bench.measure_point(plan_lib.step_config(s, gbs, steps=1000), warmup_steps=3,
+    r = bench.measure_point(calibrate_lib.step_config(s, gbs, steps=1000), warmup_steps=3,
                             timed_steps=12,
                             devices=jax.devices()[:1])
     if r["status"] != "ok":
@@ -112,14 +114,14 @@ def main():
                  "tie_embeddings": True, "step_time_s": r["step_time_s"],
                  "startup_s": r["startup_s"], "step_time_spread": r["step_time_spread"]})
     print(json.dumps(rows[-1]), flush=True)
-  prof = hw.ExecutionProfile.for_kind("cpu")
-  errs = hw.heldout_errors(rows, HELD_OUT, profile=prof)
+  prof = work_lib.ExecutionProfile.for_kind("cpu")
+  errs = step_time_lib.heldout_errors(rows, HELD_OUT, profile=prof)
   for k, v in errs.items():
     print(f"held-out {k}: mean |error| {v['mean_abs_error']:.1%}, errors "
           f"{[f'{e:+.1%}' for e in v['errors']]}  ({v['model']})", flush=True)
   fit_rows = [r for i, r in enumerate(rows) if i not in HELD_OUT]
   path = out / "cpu_step_time.json"
-  hw.write_step_time_file(path, fit_rows, hardware="cpu")
+  step_time_lib.write_step_time_file(path, fit_rows, hardware="cpu")
 
   result = {"hours": hours, "planned_batch": B, "rows": rows, "heldout": errs, "plans": {}}
   for name, extra in (("model", ()), ("calibrated", ("--calibrate", "3", "--write-config",

@@ -2,13 +2,14 @@
 
 For each FLOP budget C of a geometric grid, ``sizes_per_budget`` model sizes N
 are spread log-uniformly around the predicted optimum N_opt(C) (the optimum
-in the middle of the spread). Each (C, N) becomes a concrete shape by
-:func:`ladder_shape` and trains on D = C / (6N) tokens with its own cosine
-schedule spanning exactly its own steps (``budget.mode = "flops"``). Every run
-has its own workdir and appends one row to ``results.jsonl``; a rerun skips
-finished runs and resumes unfinished ones from their checkpoints; a failed run
-is recorded as failed and the ladder goes on. ``chinchax ladder`` then has the
-analysis package fit Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table.
+in the middle of the spread). Each (C, N) becomes a concrete shape by the
+shape rule's ``"ladder"`` preset (``chinchax.planning.shapes``) and trains on
+D = C / (6N) tokens with its own cosine schedule spanning exactly its own
+steps (``budget.mode = "flops"``). Every run has its own workdir and appends
+one row to ``results.jsonl``; a rerun skips finished runs and resumes
+unfinished ones from their checkpoints; a failed run is recorded as failed and
+the ladder goes on. ``chinchax ladder`` then has the analysis package fit
+Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import console
 from chinchax import train as train_lib
+from chinchax.planning import shapes as shapes_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,55 +58,15 @@ class LadderRun:
     return self.C_budget / (6.0 * self.counts.total)
 
 
-def ladder_shape(n_target: float, *, vocab_size: int, seq_len: int, head_dim: int = 8,
-                 width_multiple: int = 8, aspect_range: tuple[float, float] = (8.0, 32.0),
-                 aspect_preferred: float = 16.0, exclude: frozenset[int] = frozenset()
-                 ) -> budget.ModelShape:
-  """The ladder's shape rule: the (d_model, n_layers) closest to ``n_target`` parameters.
-
-  d_model runs over multiples of ``width_multiple``; n_heads = d_model / head_dim;
-  d_ff is the multiple of ``width_multiple`` nearest 8/3·d_model (the SwiGLU width
-  that matches a 4·d_model GELU MLP's parameters, Shazeer 2020); n_layers ≥ 1
-  with d_model / n_layers inside ``aspect_range``. Among those, the shape whose
-  total N (tied embeddings) is nearest ``n_target`` in log space wins; ties go
-  to the aspect ratio nearest ``aspect_preferred``. Small models of this
-  scale train best at shallow aspect ratios of 8–32 (Kaplan et al. 2020, Fig. 5,
-  shows the loss flat over a wide band, so the band is a choice of convenience).
-
-  Shapes whose N is in ``exclude`` are skipped (so one budget never repeats a size).
-
-  Raises:
-    ValueError: if ``n_target`` is not positive.
-  """
-  if not n_target > 0:
-    raise ValueError(f"n_target must be positive, got {n_target}")
-  best, best_key = None, None
-  for d_model in range(width_multiple, 2049, width_multiple):
-    if d_model % head_dim:
-      continue
-    d_ff = max(width_multiple, int(round(8 / 3 * d_model / width_multiple)) * width_multiple)
-    lo = max(1, math.ceil(d_model / aspect_range[1]))
-    hi = max(lo, math.floor(d_model / aspect_range[0]))
-    for n_layers in range(lo, hi + 1):
-      shape = budget.ModelShape(d_model=d_model, n_layers=n_layers, n_heads=d_model // head_dim,
-                                d_ff=d_ff, vocab_size=vocab_size, seq_len=seq_len)
-      n = budget.param_counts(shape).total
-      if n in exclude:
-        continue
-      key = (round(abs(math.log(n / n_target)), 3),
-             abs(math.log(d_model / n_layers / aspect_preferred)))
-      if best_key is None or key < best_key:
-        best, best_key = shape, key
-  return best
-
-
 def plan_runs(lc, vocab_size: int, seq_len: int) -> list[LadderRun]:
   """The ladder's runs, budget by budget, smallest N first.
 
   N_opt(C) = sqrt(C / (6 · tokens_per_param)) (C = 6·N·D with D = ratio·N), and
-  sizes N_opt · spread^u for ``sizes_per_budget`` values of u evenly in [-1, 1].
-  A size whose nearest shape is already taken in its budget moves to the
-  nearest free one, so every budget has exactly ``sizes_per_budget`` sizes.
+  sizes N_opt · spread^u for ``sizes_per_budget`` values of u evenly in [-1, 1],
+  each made a shape by the shape rule's ``"ladder"`` preset
+  (:data:`chinchax.planning.shapes.PRESETS`). A size whose nearest shape is
+  already taken in its budget moves to the nearest free one, so every budget
+  has exactly ``sizes_per_budget`` sizes.
   """
   budgets = np.geomspace(lc.c_min, lc.c_max, lc.n_budgets)
   runs = []
@@ -112,8 +74,9 @@ def plan_runs(lc, vocab_size: int, seq_len: int) -> list[LadderRun]:
     n_opt = math.sqrt(C / (6.0 * lc.tokens_per_param))
     seen: set[int] = set()
     for u in np.linspace(-1.0, 1.0, lc.sizes_per_budget):
-      shape = ladder_shape(n_opt * lc.spread ** u, vocab_size=vocab_size, seq_len=seq_len,
-                           exclude=frozenset(seen))
+      shape = shapes_lib.propose_shapes(
+          n_opt * lc.spread ** u, vocab_size=vocab_size, seq_len=seq_len,
+          rule=shapes_lib.PRESETS["ladder"], k=1, exclude=frozenset(seen))[0].shape
       n = budget.param_counts(shape).total
       seen.add(n)
       runs.append(LadderRun(run_id=f"C{C:.2e}_N{n}", C_budget=float(C),

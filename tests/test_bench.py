@@ -18,10 +18,12 @@ from chinchax import bench
 from chinchax import budget
 from chinchax import cli
 from chinchax import config as config_lib
-from chinchax import hardware as hw
 from chinchax import train as train_lib
 from chinchax.bench import __main__ as bench_main
 from chinchax.bench import isolate
+from chinchax.cli import plan as plan_cli
+from chinchax import step_time
+from chinchax import work
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -168,15 +170,15 @@ def test_cli_rejects_bad_config_before_work(tmp_path, capsys):
 
 
 def _synthetic_rows(t0=2e-3, s_per_flop=2e-11, s_per_byte=3e-10, noise=0.0):
-  prof = hw.ExecutionProfile.for_kind("cpu")
+  prof = work.ExecutionProfile.for_kind("cpu")
   rng = np.random.default_rng(0)
   rows = []
   for d, L, gbs in [(32, 2, 8), (64, 2, 8), (96, 2, 8), (64, 4, 8), (128, 2, 8), (32, 2, 32),
                     (64, 2, 32), (96, 2, 32), (64, 4, 32), (128, 2, 32)]:
     shape = budget.ModelShape(d_model=d, n_layers=L, n_heads=4, d_ff=3 * d, vocab_size=257,
                               seq_len=128)
-    f = hw.step_flops(shape, gbs, n_devices=8, profile=prof)
-    b = hw.bytes_per_step(shape, gbs, n_devices=8, profile=prof)
+    f = work.step_flops(shape, gbs, n_devices=8, profile=prof)
+    b = work.bytes_per_step(shape, gbs, n_devices=8, profile=prof)
     t = (t0 + s_per_flop * f + s_per_byte * b) * (1 + noise * rng.standard_normal())
     rows.append({"name": f"d{d}_l{L}_b{gbs}", "sweeps": "size", "status": "ok",
                  "d_model": d, "n_layers": L, "n_heads": 4, "d_ff": 3 * d, "vocab_size": 257,
@@ -202,17 +204,16 @@ def test_step_time_fit_heldout_and_plan_loads_it(tmp_path):
   assert res["flops_and_bytes"]["mean_abs_error"] < 1e-3
   assert res["xla_flops_and_bytes"]["mean_abs_error"] < 1e-3
   assert res["flops_only"]["mean_abs_error"] > 10 * res["flops_and_bytes"]["mean_abs_error"]
-  model = hw.load_step_time_model(path)
+  model = step_time.load_step_time_model(path)
   assert model.fallback.n_devices == 8 and len(model.table) == 10
   shape = budget.ModelShape(d_model=80, n_layers=3, n_heads=4, d_ff=240, vocab_size=257,
                             seq_len=128)
-  prof = hw.ExecutionProfile.for_kind("cpu")
-  want = 2e-3 + 2e-11 * hw.step_flops(shape, 16, n_devices=8, profile=prof) + 3e-10 * \
-      hw.bytes_per_step(shape, 16, n_devices=8, profile=prof)
+  prof = work.ExecutionProfile.for_kind("cpu")
+  want = 2e-3 + 2e-11 * work.step_flops(shape, 16, n_devices=8, profile=prof) + 3e-10 * \
+      work.bytes_per_step(shape, 16, n_devices=8, profile=prof)
   assert model.predict(shape, 16) == pytest.approx(want, rel=1e-3)
-  from chinchax import plan
-  assert plan.main(["--hours", "0.1", "--hardware", "cpux8", "--step-time-model", str(path),
-                    "--json"]) == 0
+  assert plan_cli.main(["--hours", "0.1", "--hardware", "cpux8", "--step-time-model",
+                        str(path), "--json"]) == 0
 
 
 def test_step_time_fit_skips_with_too_few_points(tmp_path):

@@ -1,7 +1,6 @@
 """Token store and grain pipeline: content, splits, purity in (seed, step), refusals."""
 
 import json
-import pathlib
 
 import numpy as np
 import pytest

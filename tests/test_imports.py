@@ -23,9 +23,9 @@ OURS = ("chinchax", "analysis")
 CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.config",
         "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
-        "chinchax.hardware", "chinchax.data")
-VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.plan", "chinchax.planning",
-         "chinchax.bench", "chinchax.export")
+        "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data")
+VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.planning", "chinchax.bench",
+         "chinchax.export")
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -14,6 +14,7 @@ import pytest
 from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import ladder
+from chinchax.planning import shapes as shapes_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -31,7 +32,8 @@ def _ladder_config(tmp_path, small_corpus, store_root):
 
 def test_shape_rule_is_close_and_documented_bounds():
   for n in (3e3, 2e4, 1e5, 1e6):
-    s = ladder.ladder_shape(n, vocab_size=257, seq_len=128)
+    s = shapes_lib.propose_shapes(n, vocab_size=257, seq_len=128,
+                                  rule=shapes_lib.PRESETS["ladder"], k=1)[0].shape
     N = budget.param_counts(s).total
     assert abs(math.log(N / n)) < math.log(1.6), (n, N)
     assert 8 <= s.d_model / s.n_layers <= 32 or s.n_layers == 1

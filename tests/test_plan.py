@@ -11,14 +11,24 @@ import pytest
 from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hardware as hw
-from chinchax import plan as plan_lib
+from chinchax.planning import allocate
+from chinchax.planning import calibrate
+from chinchax import cli
+from chinchax.planning import config_file
+from chinchax.planning import planner
+from chinchax.planning import render
+from chinchax.planning import shapes
+from chinchax import step_time
+from chinchax import work
+from chinchax.planning.errors import PlanError
+from chinchax.work import StepTimeError
 
 
 def run_cli(*argv):
   """(exit code, stdout, stderr) of ``chinchax plan ARGV``."""
   out, err = io.StringIO(), io.StringIO()
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    rc = plan_lib.main([str(a) for a in argv])
+    rc = cli.main(["plan", *[str(a) for a in argv]])
   return rc, out.getvalue(), err.getvalue()
 
 
@@ -118,37 +128,38 @@ def test_price_table_has_every_accelerator_with_date_and_source():
 
 
 def _shape(d, L, V=257, S=128):
-  return budget.shape_for(d, L, vocab_size=V, seq_len=S, accelerator=False)
+  return shapes.shape_for(d, L, vocab_size=V, seq_len=S, accelerator=False)
 
 
 def test_roofline_is_memory_or_compute_bound():
   h = hw.parse_hardware("h100")
-  model = hw.RooflineStepTime(h)
-  prof = hw.ExecutionProfile.for_kind("gpu")
+  model = step_time.RooflineStepTime(h)
+  prof = work.ExecutionProfile.for_kind("gpu")
   tiny, gbs = _shape(64, 2), 8
-  t_bytes = hw.bytes_per_step(tiny, gbs, profile=prof) / (3350e9 * hw.DEFAULT_BANDWIDTH_EFFICIENCY)
+  t_bytes = work.bytes_per_step(tiny, gbs, profile=prof) / (
+      3350e9 * step_time.DEFAULT_BANDWIDTH_EFFICIENCY)
   assert model.predict(tiny, gbs) == pytest.approx(t_bytes)  # a tiny model is bandwidth-bound
-  big = budget.shape_for(4096, 32, vocab_size=32000, seq_len=2048, accelerator=True)
-  t_flops = hw.step_flops(big, 64, profile=prof) / (989e12 * hw.DEFAULT_MFU)
+  big = shapes.shape_for(4096, 32, vocab_size=32000, seq_len=2048, accelerator=True)
+  t_flops = work.step_flops(big, 64, profile=prof) / (989e12 * step_time.DEFAULT_MFU)
   assert model.predict(big, 64) == pytest.approx(t_flops)  # a 7B model is compute-bound
 
 
 def test_bytes_per_step_hand_count():
   s = budget.ModelShape(d_model=8, n_layers=1, n_heads=2, d_ff=16, vocab_size=10, seq_len=4)
   p = budget.param_counts(s).total
-  prof = hw.ExecutionProfile(activation_bytes=4, materialized_attention=True)
+  prof = work.ExecutionProfile(activation_bytes=4, materialized_attention=True)
   per_token = 2 * 4 * (4 * 8 + 4 * 8 + 3 * 16 + 2 * 4) + 16 * 10
-  assert hw.bytes_per_step(s, 3, profile=prof) == 40 * p + 12 * per_token
+  assert work.bytes_per_step(s, 3, profile=prof) == 40 * p + 12 * per_token
 
 
 def _synthetic_rows():
   """Step times of a known machine: 2 ms + FLOPs / 2e10 + bytes / 5e9."""
-  prof = hw.ExecutionProfile.for_kind("cpu")
+  prof = work.ExecutionProfile.for_kind("cpu")
   rows = []
   for d, L, gbs in [(32, 2, 8), (64, 2, 8), (64, 4, 16), (96, 3, 8), (128, 2, 16), (128, 6, 8),
                     (160, 3, 8), (192, 4, 16), (48, 3, 32), (256, 2, 8)]:
     s = _shape(d, L)
-    t = 2e-3 + hw.step_flops(s, gbs, profile=prof) / 2e10 + hw.bytes_per_step(
+    t = 2e-3 + work.step_flops(s, gbs, profile=prof) / 2e10 + work.bytes_per_step(
         s, gbs, profile=prof) / 5e9
     rows.append({"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads,
                  "d_ff": s.d_ff, "vocab_size": 257, "seq_len": 128, "global_batch_size": gbs,
@@ -159,8 +170,8 @@ def _synthetic_rows():
 def _step_time_file(tmp_path, rows):
   """(path, loaded model) of a step-time file holding ``rows``."""
   path = tmp_path / "steps.json"
-  hw.write_step_time_file(path, rows, hardware="cpu")
-  return path, hw.load_step_time_model(path)
+  step_time.write_step_time_file(path, rows, hardware="cpu")
+  return path, step_time.load_step_time_model(path)
 
 
 def test_step_time_file_roundtrip_and_fit(tmp_path):
@@ -172,15 +183,15 @@ def test_step_time_file_roundtrip_and_fit(tmp_path):
   assert fit.s_per_byte == pytest.approx(1 / 5e9, rel=1e-3)
   # A measured shape returns its measurement; an unmeasured one the fit.
   r = rows[3]
-  s, gbs, t = hw.measurement_shape(r)
+  s, gbs, t = step_time.measurement_shape(r)
   assert model.predict(s, gbs) == t
   other = _shape(112, 5)
   assert model.predict(other, 8) == pytest.approx(fit.predict(other, 8))
 
 
 def test_heldout_errors_flops_only_vs_memory_traffic():
-  errs = hw.heldout_errors(_synthetic_rows(), [1, 4, 8],
-                           profile=hw.ExecutionProfile.for_kind("cpu"))
+  errs = step_time.heldout_errors(_synthetic_rows(), [1, 4, 8],
+                           profile=work.ExecutionProfile.for_kind("cpu"))
   assert errs["flops_and_bytes"]["mean_abs_error"] < 1e-3
   assert errs["flops_only"]["mean_abs_error"] > 10 * errs["flops_and_bytes"]["mean_abs_error"]
 
@@ -194,8 +205,8 @@ EMPTY_STEP_FILE = '{"format": "chinchax.step_time/1", "measurements": []}'
 def test_bad_step_time_file(tmp_path, content, match):
   p = tmp_path / "bad.json"
   p.write_text(content)
-  with pytest.raises(hw.StepTimeError, match=match):
-    hw.load_step_time_model(p)
+  with pytest.raises(StepTimeError, match=match):
+    step_time.load_step_time_model(p)
 
 
 # ---------------------------------------------------------------- time budgets
@@ -207,7 +218,7 @@ def test_hours_budget_converts_time_to_tokens_per_candidate(tmp_path):
   hours = 0.05
   j = plan_json("--hours", hours, "--hardware", "cpu", "--step-time-model", path,
                 "--candidates", 50)
-  law = budget.resolve_law("epoch")
+  law = allocate.resolve_law("epoch")
   losses = []
   for c in j["candidates"]:
     s = budget.ModelShape(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"],
@@ -241,10 +252,10 @@ def test_calibrate_measures_top_candidates_and_avoids_a_mispredicted_shape(tmp_p
   path, model = _step_time_file(tmp_path, _synthetic_rows())
   cpu = hw.parse_hardware("cpu")
   seconds = 0.05 * 3600
-  base = plan_lib.plan_time(seconds, cpu, step_time_model=model, k=50)
+  base = planner.plan_time(seconds, cpu, step_time_model=model, k=50)
   trap = (base.chosen.shape.d_model, base.chosen.shape.n_layers)
   measure, calls = _trap_measure(model, trap)
-  p = plan_lib.plan_time(seconds, cpu, step_time_model=model, k=50, calibrate=3, measure=measure)
+  p = planner.plan_time(seconds, cpu, step_time_model=model, k=50, calibrate=3, measure=measure)
   measured = {(c[0], c[1]) for c in calls}
   assert trap in measured and len(calls) == len(measured) >= 3  # each shape timed once
   chosen = (p.chosen.shape.d_model, p.chosen.shape.n_layers)
@@ -268,15 +279,15 @@ def test_calibrate_measures_top_candidates_and_avoids_a_mispredicted_shape(tmp_p
       assert c["step_time_s"] == pytest.approx(1.3 * model.predict(s, c["global_batch_size"]))
       assert c["predicted_loss"] >= p.predicted_loss
   assert p.candidates[0]["step_time_source"] == "measured"
-  assert "calibration" in plan_lib.format_plan(p)
+  assert "calibration" in render.format_plan(p)
 
 
 def test_calibrate_keeps_the_model_pick_when_the_model_is_right(tmp_path):
   path, model = _step_time_file(tmp_path, _synthetic_rows())
   cpu = hw.parse_hardware("cpu")
-  base = plan_lib.plan_time(180.0, cpu, step_time_model=model)
+  base = planner.plan_time(180.0, cpu, step_time_model=model)
   measure, calls = _trap_measure(model, trap=None, bias=1.0, startup=0.0)
-  p = plan_lib.plan_time(180.0, cpu, step_time_model=model, calibrate=2, measure=measure)
+  p = planner.plan_time(180.0, cpu, step_time_model=model, calibrate=2, measure=measure)
   assert (p.chosen, p.D) == (base.chosen, base.D)
   assert 2 <= len(calls) <= 3  # the top 2 and the FLOP-optimal shape
 
@@ -284,8 +295,8 @@ def test_calibrate_keeps_the_model_pick_when_the_model_is_right(tmp_path):
 def test_calibrate_refuses_a_budget_that_start_up_eats(tmp_path):
   path, model = _step_time_file(tmp_path, _synthetic_rows())
   measure, calls = _trap_measure(model, trap=None, bias=1.0, startup=10.0)
-  with pytest.raises(plan_lib.PlanError, match=r"5 s is not enough.*10 s or more to start"):
-    plan_lib.plan_time(5.0, hw.parse_hardware("cpu"), step_time_model=model, calibrate=2,
+  with pytest.raises(PlanError, match=r"5 s is not enough.*10 s or more to start"):
+    planner.plan_time(5.0, hw.parse_hardware("cpu"), step_time_model=model, calibrate=2,
                        measure=measure)
   assert calls  # measured, then refused: no 0-step plan
 
@@ -301,7 +312,7 @@ def test_calibrate_warns_when_an_unmeasured_shape_looks_better(tmp_path):
     calls.append(shape)
     return 4.0 * model.predict(shape, gbs) * (1 + len(calls)), 0.0
 
-  p = plan_lib.plan_time(600.0, cpu, step_time_model=model, k=50, calibrate=1, measure=measure,
+  p = planner.plan_time(600.0, cpu, step_time_model=model, k=50, calibrate=1, measure=measure,
                          progress=lines.append)
   assert len(calls) <= 3 and len(lines) == len(calls)  # top 1, FLOP-optimal, at most 1 more
   assert lines[0].startswith("timing d_model ")
@@ -310,8 +321,8 @@ def test_calibrate_warns_when_an_unmeasured_shape_looks_better(tmp_path):
 
 
 def test_calibrate_times_a_real_step_on_this_machine():
-  s = budget.shape_for(32, 2, vocab_size=257, seq_len=32, accelerator=False)
-  t, startup = plan_lib.measure_step_time(s, 4, hw.parse_hardware("cpu"), warmup_steps=1,
+  s = shapes.shape_for(32, 2, vocab_size=257, seq_len=32, accelerator=False)
+  t, startup = calibrate.measure_step_time(s, 4, hw.parse_hardware("cpu"), warmup_steps=1,
                                           timed_steps=3)
   assert 0 < t < startup  # compiling costs more than one tiny step
 
@@ -338,12 +349,12 @@ def test_start_up_in_the_step_time_file_comes_out_of_the_budget(tmp_path):
   hours = 0.05
   j = plan_json("--hours", hours, "--hardware", "cpu", "--step-time-model", path,
                 "--candidates", 50)
-  measured = {hw.MeasuredStepTime.key(*hw.measurement_shape(r)[:2]): r["startup_s"]
+  measured = {step_time.MeasuredStepTime.key(*step_time.measurement_shape(r)[:2]): r["startup_s"]
               for r in rows}
   for c in j["candidates"]:
     s = budget.ModelShape(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"],
                           d_ff=c["d_ff"], vocab_size=257, seq_len=128)
-    startup = measured.get(hw.MeasuredStepTime.key(s, c["global_batch_size"]), 24.5)
+    startup = measured.get(step_time.MeasuredStepTime.key(s, c["global_batch_size"]), 24.5)
     assert c["startup_s"] == startup
     assert c["steps"] == math.floor((hours * 3600 - startup) / model.predict(
         s, c["global_batch_size"]))
@@ -357,8 +368,8 @@ def test_start_up_in_the_step_time_file_comes_out_of_the_budget(tmp_path):
     bad = json.loads(path.read_text())
     bad["measurements"][0]["startup_s"] = value
     path.write_text(json.dumps(bad))
-    with pytest.raises(hw.StepTimeError, match=f"startup_s={value!r}"):
-      hw.load_step_time_model(path)
+    with pytest.raises(StepTimeError, match=f"startup_s={value!r}"):
+      step_time.load_step_time_model(path)
 
 
 def test_wider_shape_beats_flop_optimal_on_h100():
@@ -423,7 +434,7 @@ def test_bad_input_one_clear_error(tmp_path, argv, match):
   assert rc == 2
   assert out == ""
   lines = [l for l in err.splitlines() if l.strip()]
-  assert len(lines) == 1 and lines[0].startswith("chinchax plan: error: ")
+  assert len(lines) == 1 and lines[0].startswith("error: ")
   assert __import__("re").search(match, lines[0]), lines[0]
   assert not target.exists()
 
@@ -493,3 +504,18 @@ def test_written_config_validates_and_matches_plan(tmp_path, argv):
   assert (spec.steps, spec.tokens, spec.n_params) == (j["steps"], j["D"], j["N"])
   if "cpu" in argv:  # CPU plans train on the devices they were timed on
     assert cfg.mesh.num_cpu_devices == j["hardware"]["n_devices"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: planner.plan_flops(3e11, hardware=hw.parse_hardware("cpu")),
+    lambda: planner.plan_flops(1e21),
+    lambda: planner.plan_time(360.0, hw.parse_hardware("cpux2")),
+    lambda: planner.plan_dollars(300, hw.parse_hardware("v5e-8"))])
+def test_validated_config_is_the_written_one(tmp_path, make):
+  # write_config validates the ConfigDict it builds; the file it writes must return the same.
+  plan = make()
+  workdir = str(tmp_path / "run")
+  path = config_file.write_config(plan, tmp_path / "planned.py", workdir)
+  cfg, _ = _load_config(path)
+  assert config_file.planned_config(plan, workdir).to_dict() == cfg.to_dict()
+  assert path.read_text() == config_file.config_source(plan, workdir)

@@ -7,7 +7,7 @@ import json
 
 import jax
 
-from chinchax import plan as plan_lib
+from chinchax.cli import plan as plan_cli
 from chinchax import train as train_lib
 
 
@@ -15,7 +15,7 @@ def test_planned_config_trains_to_planned_tokens(small_corpus, store_root, tmp_p
   target = tmp_path / "planned.py"
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    rc = plan_lib.main(["--flops", "1e10", "--hardware", "cpu", "--json",
+    rc = plan_cli.main(["--flops", "1e10", "--hardware", "cpu", "--json",
                         "--write-config", str(target), "--workdir", str(tmp_path / "run")])
   assert rc == 0
   planned = json.loads(out.getvalue())

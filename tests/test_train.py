@@ -10,11 +10,8 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
-from flax import nnx
 
 from chinchax import config as config_lib
 from chinchax import sharding as sharding_lib

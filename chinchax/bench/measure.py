@@ -12,9 +12,9 @@ import numpy as np
 from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import distributed as distributed_lib
-from chinchax import hardware as hardware_lib
 from chinchax import sharding as sharding_lib
 from chinchax import train as train_lib
+from chinchax import work as work_lib
 from chinchax.bench import memory
 
 # A row's status: measured, or why not (``timeout`` and ``crashed`` only with bench.isolate).
@@ -84,9 +84,9 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   limit, limit_src = memory.device_memory_limit(devices, memory_limit_gb)
   row.update(compiled_memory_bytes=needed, memory_limit_bytes=limit)
   if needed is None:  # no memory analysis: fall back on the analytic estimate
-    needed = hardware_lib.memory_per_device(
+    needed = work_lib.memory_per_device(
         spec.shape(), spec.global_batch_size, n_devices=spec.mesh["data"] * spec.mesh["fsdp"],
-        profile=hardware_lib.ExecutionProfile(4 if m.compute_dtype == "float32" else 2))
+        profile=work_lib.ExecutionProfile(4 if m.compute_dtype == "float32" else 2))
   if needed > limit:
     return {**row, "status": "oom",
             "error": f"the compiled train step needs {needed / 1e9:.3g} GB per device, over the "

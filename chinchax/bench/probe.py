@@ -9,20 +9,6 @@ from chinchax import train as train_lib
 from chinchax.bench import memory
 
 
-def match_accelerator(device_kind: str, backend: str,
-                      table: dict[str, hardware_lib.Accelerator]):
-  """The price-table accelerator of a JAX device kind (longest name or alias found), or None."""
-  if backend == "cpu":
-    return table.get("cpu")
-  kind = device_kind.lower().replace(" ", "-")
-  best, best_len = None, 0
-  for acc in table.values():
-    for name in (acc.name,) + acc.aliases:
-      if name in kind and len(name) > best_len:
-        best, best_len = acc, len(name)
-  return best
-
-
 def probe(c, hardware: str = "") -> dict:
   """Devices, MFU peak and price of this process's backend (no train step compiled).
 
@@ -42,7 +28,7 @@ def probe(c, hardware: str = "") -> dict:
     hw = hardware_lib.parse_hardware(hardware, table)
     acc = hw.accelerator
   else:
-    acc = match_accelerator(devices[0].device_kind, jax.default_backend(), table)
+    acc = hardware_lib.match_accelerator(devices[0].device_kind, jax.default_backend(), table)
   if c.train.peak_flops_per_device > 0 or not hardware:
     peak, src = train_lib.peak_flops(c, n)
   else:

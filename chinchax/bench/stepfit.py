@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from chinchax import hardware as hardware_lib
+from chinchax import step_time as step_time_lib
+from chinchax import work as work_lib
 
 
 def _measurement(r: dict) -> dict:
@@ -33,14 +34,6 @@ def heldout_indices(n: int, k: int) -> list[int]:
   while len(idx) < k:  # rounding merged two: take the nearest unused
     idx.append(rest.pop(len(rest) // 2))
   return sorted(idx)
-
-
-def _fit_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """Non-negative coefficients minimising Σ((X·coef)/y − 1)²."""
-  from scipy import optimize
-  scale = np.maximum(np.abs(X).max(axis=0), 1e-30)
-  coef, _ = optimize.nnls((X / scale) / y[:, None], np.ones_like(y))
-  return coef / scale
 
 
 def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec: str,
@@ -67,17 +60,17 @@ def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec
     return out
   r0 = ok[0]
   attention = "xla" if r0["attention"] == "xla" else "cudnn"
-  profile = hardware_lib.ExecutionProfile.from_names(r0["compute_dtype"], attention)
+  profile = work_lib.ExecutionProfile.from_names(r0["compute_dtype"], attention)
   n_dev = r0["n_devices"]
   meas = [_measurement(r) for r in ok]
-  proto = hardware_lib.LinearStepTime(0.0, 0.0, 0.0, profile, n_dev)
+  proto = step_time_lib.LinearStepTime(0.0, 0.0, 0.0, profile, n_dev)
   order = sorted(range(len(ok)), key=lambda i: proto.features(
-      *hardware_lib.measurement_shape(meas[i])[:2])[0])
+      *step_time_lib.measurement_shape(meas[i])[:2])[0])
   ok = [ok[i] for i in order]
   meas = [meas[i] for i in order]
   if path is not None:
-    hardware_lib.write_step_time_file(path, meas, hardware=hardware_spec, n_devices=n_dev,
-                                      compute_dtype=r0["compute_dtype"], attention=attention)
+    step_time_lib.write_step_time_file(path, meas, hardware=hardware_spec, n_devices=n_dev,
+                                       compute_dtype=r0["compute_dtype"], attention=attention)
     out["path"] = str(path)
   try:
     held = heldout_indices(len(ok), n_heldout)
@@ -85,13 +78,13 @@ def fit_step_time(rows: list[dict], *, sweep: str, n_heldout: int, hardware_spec
     out["skipped"] = str(e)
     return out
   out["heldout_points"] = [ok[i]["name"] for i in held]
-  out["heldout"] = hardware_lib.heldout_errors(meas, held, profile=profile, n_devices=n_dev)
+  out["heldout"] = step_time_lib.heldout_errors(meas, held, profile=profile, n_devices=n_dev)
   if all(r.get("xla_flops") and r.get("xla_bytes_accessed") for r in ok):
     X = np.array([[1.0, r["xla_flops"], r["xla_bytes_accessed"]] for r in ok])
     y = np.array([r["step_time_s"] for r in ok])
     train = np.array([i not in held for i in range(len(ok))])
     for key, cols in (("xla_flops_only", [0, 1]), ("xla_flops_and_bytes", [0, 1, 2])):
-      coef = _fit_relative(X[train][:, cols], y[train])
+      coef = step_time_lib.fit_relative(X[train][:, cols], y[train])
       errs = [float(X[i, cols] @ coef / y[i] - 1.0) for i in held]
       desc = f"t = {coef[0]:.3g} s + {coef[1]:.3g} s/FLOP"
       if len(cols) == 3:

@@ -1,10 +1,200 @@
-"""``chinchax plan``: a FLOP, time or dollar budget → shape, tokens, batch, steps, loss."""
+"""``chinchax plan``: the command line of the planner (argparse front end).
+
+Parses the flags, checks them, builds the law, hardware and step-time model,
+calls :mod:`chinchax.planning.planner` and prints the plan (a table, or JSON
+with ``--json``) and optionally writes the config file
+(:mod:`chinchax.planning.config_file`). Bad input raises a ``UserError``
+(``PlanError``, ``HardwareError``, ``StepTimeError``) before anything is
+written: ``chinchax.cli.main`` prints it as one ``error:`` line, exit 2.
+"""
 
 from __future__ import annotations
 
-from chinchax import plan as plan_lib
+import argparse
+import json
+import math
+import sys
+
+from chinchax import console
+from chinchax import hardware as hardware_lib
+from chinchax import step_time as step_time_lib
+from chinchax.planning import calibrate as calibrate_lib
+from chinchax.planning import config_file
+from chinchax.planning import planner
+from chinchax.planning import render
+from chinchax.planning.errors import PlanError
 
 
-def main(argv: list[str]) -> int:
-  """See ``chinchax plan --help``."""
-  return plan_lib.main(argv)
+class _Parser(argparse.ArgumentParser):
+  """argparse that raises :class:`PlanError` (one line, exit code 2) instead of printing usage."""
+
+  def error(self, message):
+    raise PlanError(f"{message} (see chinchax plan --help)")
+
+
+_NUMERIC_FLAGS = ("--flops", "--hours", "--dollars", "--vocab-size", "--seq-len", "--mfu",
+                  "--bandwidth-efficiency", "--candidates", "--calibrate")
+
+
+def _join_negative_numbers(argv: list[str]) -> list[str]:
+  """["--flops", "-1e20"] → ["--flops=-1e20"], so a negative budget reaches our own check."""
+  out, i = [], 0
+  while i < len(argv):
+    a = argv[i]
+    if a in _NUMERIC_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+      try:
+        float(argv[i + 1])
+      except ValueError:
+        pass
+      else:
+        out.append(f"{a}={argv[i + 1]}")
+        i += 2
+        continue
+    out.append(a)
+    i += 1
+  return out
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = _Parser(
+      prog="chinchax plan",
+      description="Turn a FLOP, wall-clock or dollar budget into a compute-optimal model shape, "
+                  "token count, batch, steps, predicted loss and (optionally) a config file.")
+  g = p.add_mutually_exclusive_group(required=True)
+  g.add_argument("--flops", type=float, help="FLOP budget C (C = 6ND)")
+  g.add_argument("--hours", type=float, help="wall-clock budget in hours (needs --hardware)")
+  g.add_argument("--dollars", type=float, help="dollar budget (needs --hardware with a price)")
+  p.add_argument("--hardware", help="devices, e.g. v5p-128, v5e-16, h100x8, 8xa100-80gb, cpu")
+  p.add_argument("--law", default=planner.DEFAULT_LAW,
+                 help="published law (chinchilla-approach1, chinchilla-approach2, "
+                      "chinchilla-approach3, chinchilla-approach3-unrounded, epoch) or a fit JSON "
+                      f"path (default: {planner.DEFAULT_LAW})")
+  p.add_argument("--vocab-size", type=int, default=257,
+                 help="vocabulary size (default 257: chinchax's byte tokenizer)")
+  p.add_argument("--seq-len", type=int, default=None,
+                 help=f"tokens per sequence (default {planner.DEFAULT_SEQ_LEN_ACCELERATOR} on "
+                      f"accelerators, {planner.DEFAULT_SEQ_LEN_CPU} on CPU)")
+  p.add_argument("--step-time-model", metavar="PATH",
+                 help="measured step-time JSON (format: chinchax.step_time module "
+                      "docstring); "
+                      "default: analytic roofline")
+  p.add_argument("--mfu", type=float, default=step_time_lib.DEFAULT_MFU,
+                 help="roofline compute efficiency (default %(default)s)")
+  p.add_argument("--bandwidth-efficiency", type=float,
+                 default=step_time_lib.DEFAULT_BANDWIDTH_EFFICIENCY,
+                 help="roofline fraction of peak HBM bandwidth (default %(default)s)")
+  p.add_argument("--hardware-table", metavar="PATH",
+                 help="accelerator/price table JSON (default chinchax/hardware_prices.json)")
+  p.add_argument("--candidates", type=int, default=5, help="candidate shapes to list")
+  p.add_argument("--calibrate", type=int, default=0, metavar="K",
+                 help="--hours/--dollars: time the K best candidates and the FLOP-optimal shape "
+                      "on this machine's devices and choose among them (default 0: trust the "
+                      "step-time model)")
+  p.add_argument("--write-config", metavar="PATH", help="write an ml_collections config file")
+  p.add_argument("--workdir", help="workdir of the written config (default runs/plan-N…-D…)")
+  p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+  return p
+
+
+def _fraction(value: float, flag: str) -> float:
+  if not (math.isfinite(value) and 0 < value <= 1):
+    raise PlanError(f"{flag} must lie in (0, 1], got {value!r}")
+  return value
+
+
+def run(args: argparse.Namespace) -> planner.Plan:
+  """Plans from parsed CLI arguments (raises PlanError, HardwareError, StepTimeError)."""
+  if args.vocab_size is None or args.vocab_size < 2:
+    raise PlanError(f"--vocab-size must be an integer >= 2, got {args.vocab_size!r}")
+  if args.seq_len is not None and args.seq_len < 2:
+    raise PlanError(f"--seq-len must be an integer >= 2, got {args.seq_len!r}")
+  if args.candidates < 1:
+    raise PlanError(f"--candidates must be >= 1, got {args.candidates!r}")
+  if args.calibrate < 0:
+    raise PlanError(f"--calibrate must be >= 0 (candidates to time), got {args.calibrate!r}")
+  if args.calibrate and args.flops is not None:
+    raise PlanError("--calibrate times candidates for --hours or --dollars; a --flops plan "
+                    "does not depend on step time")
+  mfu = _fraction(args.mfu, "--mfu")
+  bw = _fraction(args.bandwidth_efficiency, "--bandwidth-efficiency")
+  for flag in ("flops", "hours", "dollars"):
+    value = getattr(args, flag)
+    if value is not None:
+      planner.check_budget(value, f"--{flag}")
+  if (args.hours is not None or args.dollars is not None) and not args.hardware:
+    raise PlanError("--hours and --dollars need --hardware (e.g. --hardware v5p-128 or h100x8)")
+  law = planner.load_law(args.law)
+  hw = None
+  if args.hardware:
+    table = hardware_lib.load_accelerators(args.hardware_table)
+    hw = hardware_lib.parse_hardware(args.hardware, table)
+  model = None
+  if args.step_time_model:
+    if hw is None:
+      raise PlanError("--step-time-model needs --hardware (the devices it was measured on)")
+    model = step_time_lib.load_step_time_model(args.step_time_model)
+    if model.fallback.n_devices != hw.n_devices:
+      raise PlanError(f"step-time model {args.step_time_model!r} was measured on "
+                      f"{model.fallback.n_devices} devices but --hardware {args.hardware!r} has "
+                      f"{hw.n_devices}")
+  elif hw is not None:
+    model = step_time_lib.RooflineStepTime(hw, mfu=mfu, bandwidth_efficiency=bw)
+  kw = dict(vocab_size=args.vocab_size, seq_len=args.seq_len, k=args.candidates,
+            step_time_model=model)
+  if args.flops is not None:
+    plan = planner.plan_flops(args.flops, law, hardware=hw, **kw)
+  else:
+    if args.calibrate:
+      kw.update(calibrate=args.calibrate, progress=lambda line: console.say(
+          f"chinchax plan: {line}", stream=sys.stderr))
+      if hw.accelerator.kind == "cpu":
+        _expose_cpu_devices(hw.n_devices)
+      calibrate_lib.local_devices_for(hw)  # the wrong machine is refused before any planning
+    if args.hours is not None:
+      plan = planner.plan_time(args.hours * 3600.0, hw, law, budget_dict={"hours": args.hours},
+                               **kw)
+    else:
+      plan = planner.plan_dollars(args.dollars, hw, law, **kw)
+  return plan
+
+
+def _expose_cpu_devices(n: int) -> None:
+  """Makes ``n`` virtual CPU devices visible for --calibrate on ``cpuxN``, if JAX has not started.
+
+  Once JAX's backend runs (e.g. in-process callers), its device count is kept
+  and :func:`chinchax.planning.calibrate.measure_step_time` says what is missing.
+  """
+  import jax  # imported here: planning without --calibrate never starts JAX
+  if n > 1:
+    try:
+      jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:
+      pass
+
+
+def main(argv: list[str] | None = None) -> int:
+  """``chinchax plan`` entry point; returns 0 (also for ``--help``).
+
+  Raises:
+    PlanError, HardwareError, StepTimeError: bad flags, law, hardware or
+      step-time file; nothing is written.
+  """
+  parser = _parser()
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    args = parser.parse_args(_join_negative_numbers([str(a) for a in argv]))
+  except SystemExit as e:  # --help
+    return e.code if isinstance(e.code, int) else 0
+  plan = run(args)
+  if args.write_config:
+    config_file.write_config(plan, args.write_config, args.workdir,
+                             n_devices=plan.hardware.n_devices if plan.hardware else 1)
+  if args.json:
+    for w in plan.warnings:
+      console.warn(w)
+    print(json.dumps(render.finite(plan.to_dict()), indent=2, allow_nan=False))
+  else:
+    print(render.format_plan(plan))
+    if args.write_config:
+      print(f"  config         wrote {args.write_config}")
+  return 0

@@ -7,29 +7,23 @@ import time
 import jax
 import jax.numpy as jnp
 
-# Dense bf16 peak FLOP/s per chip by jax device_kind substring (vendor data sheets).
-_KNOWN_PEAK_FLOPS = (
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
-    ("L40S", 362e12), ("L4", 121e12),
-    ("TPU v6", 918e12), ("TPU v5p", 459e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12),
-    ("TPU v4", 275e12),
-)
-
+from chinchax import hardware as hardware_lib
 
 def peak_flops(config, n_devices: int) -> tuple[float, str]:
   """Peak FLOP/s of the devices a run uses (the MFU denominator), and its source.
 
   Order: ``train.peak_flops_per_device`` × devices if set; the dense bf16
-  data-sheet peak of a known accelerator × devices; on CPU, where virtual
+  data-sheet peak of a known accelerator (the accelerator table,
+  ``chinchax.hardware.device_peak_flops``) × devices; on CPU, where virtual
   devices share the host's cores, a measured float32 matmul throughput of the
   host × processes.
   """
   if config.train.peak_flops_per_device > 0:
     return float(config.train.peak_flops_per_device) * n_devices, "config"
   kind = jax.devices()[0].device_kind
-  for key, peak in _KNOWN_PEAK_FLOPS:
-    if key.lower() in kind.lower():
-      return peak * n_devices, f"data sheet ({kind}, {peak:.3g} FLOP/s per device)"
+  known = hardware_lib.device_peak_flops(kind, jax.default_backend())
+  if known is not None:
+    return known[0] * n_devices, known[1]
   if jax.default_backend() == "cpu":
     return calibrate_cpu_flops() * jax.process_count(), "CPU float32 matmul calibration of the host"
   return float("nan"), f"unknown device {kind!r}; set train.peak_flops_per_device"

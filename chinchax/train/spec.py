@@ -96,12 +96,12 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
     target = float(b.tokens)
   else:
     target = float(b.steps * per_step)
-  steps = int(round(target / per_step))
+  steps = budget.steps_for_tokens(target, per_step)
   if steps < 1:
     raise config_lib.ConfigError(
         f"the budget gives D={target:.4g} tokens, less than one step of global_batch_size×seq_len"
         f" = {per_step} tokens; raise the budget or shrink the batch")
-  warmup = min(t.warmup_steps, steps // 10)
+  warmup = min(t.warmup_steps, budget.max_warmup_steps(steps))
   return RunSpec(model=mcfg, seq_len=t.seq_len, global_batch_size=t.global_batch_size,
                  counts=counts, n_kind=b.n_kind, n_params=n, target_tokens=target, steps=steps,
                  tokens=steps * per_step, flops_6nd=budget.flops_6nd(n, steps * per_step),

@@ -1,0 +1,192 @@
+"""``--calibrate``: time candidate shapes with ``chinchax train``'s own step on this machine.
+
+Ranking by a fitted step-time model alone favours whichever shape the model
+under-predicts most, so the time planner can time its best candidates and the
+FLOP-optimal shape (:func:`measure_step_time`, the step of
+:func:`chinchax.bench.measure_point`) and choose among the measured ones
+(:func:`calibrate`), their start-up (set-up, compile, first step) paid out of
+the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from chinchax import bench as bench_lib
+from chinchax import budget
+from chinchax import config as config_lib
+from chinchax import hardware as hardware_lib
+from chinchax.planning import shapes as shapes_lib
+from chinchax import step_time as step_time_lib
+from chinchax.planning import timed
+from chinchax.planning.errors import PlanError
+
+
+def local_devices_for(hardware: hardware_lib.Hardware) -> list:
+  """The first ``hardware.n_devices`` local JAX devices, if this machine is ``hardware``.
+
+  Raises:
+    PlanError: the local devices are another kind, or too few.
+  """
+  import jax  # imported here: planning without --calibrate never starts JAX
+
+  devices = jax.devices()
+  backend = jax.default_backend()
+  local = hardware_lib.match_accelerator(devices[0].device_kind, backend,
+                                         hardware_lib.load_accelerators())
+  if local is None or local.name != hardware.accelerator.name:
+    raise PlanError(f"--calibrate times candidates on this machine, which has "
+                    f"{len(devices)}× {devices[0].device_kind} ({backend}), not "
+                    f"{hardware.spec}; plan without --calibrate or run where the hardware is")
+  if len(devices) < hardware.n_devices:
+    raise PlanError(f"--calibrate needs {hardware.n_devices} local devices for {hardware.spec}, "
+                    f"this process has {len(devices)}"
+                    + (f" (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
+                       f"{hardware.n_devices})" if backend == "cpu" else ""))
+  return devices[:hardware.n_devices]
+
+
+def step_config(shape: budget.ModelShape, global_batch_size: int, *, steps: int):
+  """The training config whose step a planned ``shape`` runs, ``steps`` long.
+
+  ``chinchax.config.base_config()`` with the shape, batch and seq_len set and
+  the budget in steps (calibration and the CPU plan benchmark time it).
+  """
+  c = config_lib.base_config()
+  c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
+                 n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
+  c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
+  c.budget.update(mode="steps", steps=steps)
+  return c
+
+
+def measure_step_time(shape: shapes_lib.ShapeCandidate | budget.ModelShape,
+                      global_batch_size: int, hardware: hardware_lib.Hardware, *,
+                      warmup_steps: int = 3, timed_steps: int = 20) -> tuple[float, float]:
+  """Times ``chinchax train``'s step for a shape on this machine's devices.
+
+  The step is :func:`chinchax.bench.measure_point`'s — the training config
+  the planner would write (default compute dtype and attention), random
+  tokens — on the first ``hardware.n_devices`` local devices.
+
+  Returns:
+    (mean step time over the timed steps, start-up = everything before the
+    steady state: state set-up, tracing, compilation, first step), in seconds.
+  Raises:
+    PlanError: the local devices are not ``hardware`` (kind or count), or the
+      step fails to compile or run (the message carries XLA's error).
+  """
+  shape = getattr(shape, "shape", shape)
+  devices = local_devices_for(hardware)
+  c = step_config(shape, global_batch_size, steps=warmup_steps + timed_steps + 1)
+  row = bench_lib.measure_point(c, warmup_steps=warmup_steps, timed_steps=timed_steps,
+                                devices=devices)
+  if row.get("status") != "ok":
+    raise PlanError(f"--calibrate: the train step of d_model {shape.d_model} × {shape.n_layers} "
+                    f"layers, batch {global_batch_size} failed ({row.get('status')}): "
+                    f"{row.get('error', '')[:500]}")
+  # A budget pays the mean step, slow outliers included (the bench reports the median).
+  return float(np.mean(row["step_times_s"])), float(row["startup_s"])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaledStepTime:
+  """A step-time model's predictions × ``factor`` (its bias measured by calibration)."""
+
+  model: Any
+  factor: float
+  profile: Any = None
+
+  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
+    return self.factor * float(self.model.predict(shape, global_batch_size))
+
+  def startup_s(self, shape: budget.ModelShape, global_batch_size: int) -> float:
+    return step_time_lib.model_startup_s(self.model, shape, global_batch_size)
+
+
+def calibrate(ranked: list[timed.TimedCandidate], flop_opt: timed.TimedCandidate, k: int,
+              measure: Any, seconds: float, C: float, law: Any, model: Any,
+              hardware: hardware_lib.Hardware, has_loss: bool, progress: Any = None):
+  """Measures candidates until the best one is a measured one.
+
+  First the model's top ``k`` and the FLOP-optimal shape are measured; the
+  unmeasured candidates' predictions are then multiplied by the median
+  measured/predicted ratio (the model's bias on this machine), everything is
+  re-ranked, and while the best is unmeasured it is measured too (at most
+  ``k`` more). Only a measured candidate can be chosen.
+
+  Args:
+    ranked: the candidates ranked by the model (:func:`chinchax.planning.timed.rank_key`).
+    flop_opt: the FLOP-optimal candidate.
+    k: candidates to time first.
+    measure: ``(ModelShape, global_batch_size) -> (step_time_s, startup_s)``;
+      None times on ``hardware`` with :func:`measure_step_time`.
+    seconds, C, law, model, hardware: as in :func:`chinchax.planning.timed.evaluate`.
+    has_loss: the law predicts loss (rank by loss, else by frontier distance).
+    progress: called with a line before each measurement.
+
+  Returns:
+    (all candidates, measured and corrected, best first; the FLOP-optimal
+    candidate with its measurement; the correction factor; warnings)
+  Raises:
+    PlanError: no measured candidate finishes a step once its start-up is paid.
+  """
+  if measure is None:
+    measure = functools.partial(measure_step_time, hardware=hardware)
+
+  def key(tc):
+    return tc.candidate.key
+
+  by_key = {key(tc): tc for tc in ranked}
+  by_key.setdefault(key(flop_opt), flop_opt)
+  measured: dict[tuple[int, int], timed.TimedCandidate] = {}
+
+  def measure_one(tc):
+    s = tc.candidate.shape
+    if progress is not None:
+      progress(f"timing d_model {s.d_model} × {s.n_layers} layers, batch "
+               f"{tc.batch.global_batch_size} (shape {len(measured) + 1})")
+    t, startup = measure(s, tc.batch.global_batch_size)
+    m = timed.Measurement(float(t), float(startup), tc.step_time_s)
+    measured[key(tc)] = timed.evaluate(tc.candidate, seconds, C, law, model, hardware,
+                                       measured=m)
+
+  for tc in [tc for tc in ranked if tc.tokens > 0][:k] + [flop_opt]:
+    if key(tc) not in measured:
+      measure_one(tc)
+  extra = 0
+  while True:
+    factor = float(np.median([tc.measured.step_time_s / tc.measured.model_step_time_s
+                              for tc in measured.values()]))
+    scaled = ScaledStepTime(model, factor, getattr(model, "profile", None))
+    current = [measured.get(kk)
+               or timed.evaluate(tc.candidate, seconds, C, law, scaled, hardware)
+               for kk, tc in by_key.items()]
+    current.sort(key=lambda tc: timed.rank_key(tc, has_loss))
+    best = current[0]
+    if key(best) in measured or extra >= k or best.tokens <= 0:
+      break
+    measure_one(by_key[key(best)])
+    extra += 1
+  chosen = min(measured.values(), key=lambda tc: timed.rank_key(tc, has_loss))
+  if chosen.tokens <= 0:
+    m = chosen.measured
+    raise PlanError(
+        f"{seconds:.4g} s is not enough for one training step once start-up is paid: the "
+        f"measured shapes need {min(tc.measured.startup_s for tc in measured.values()):.3g} s "
+        f"or more to start (set-up, compile, first step) and {m.step_time_s:.3g} s per step; "
+        f"raise the budget or plan without --calibrate")
+  notes = []
+  better = [tc for tc in current if key(tc) not in measured and tc.tokens > 0
+            and timed.rank_key(tc, has_loss) < timed.rank_key(chosen, has_loss)]
+  if better:
+    s = better[0].candidate.shape
+    notes.append(f"calibration stopped after {len(measured)} timed shapes; the unmeasured "
+                 f"d_model {s.d_model} × {s.n_layers} layers is predicted better than the chosen "
+                 f"one (from the corrected model); rerun with a larger --calibrate to time it")
+  return ([chosen] + [tc for tc in current if key(tc) != key(chosen)], measured[key(flop_opt)],
+          factor, notes)

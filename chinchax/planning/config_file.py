@@ -1,0 +1,135 @@
+"""``--write-config``: the planned run as a config file that ``chinchax train --config`` runs.
+
+The file's ``get_config(variant=None)`` starts from
+``chinchax.config.base_config()`` and sets the model shape, batch, seq_len,
+peak LR, warmup, eval/checkpoint intervals, the budget (mode "tokens",
+tokens = the planned D in whole steps, so the run sees exactly D) and the
+workdir. One table of settings (:func:`_settings`) feeds both the ConfigDict
+that is validated (:func:`planned_config`) and the source that is written
+(:func:`config_source`), so the file says what was validated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+from chinchax import config as config_lib
+from chinchax.planning.errors import PlanError
+from chinchax.planning.planner import Plan
+
+# How the written file lays out each section's update(...) call: one line per group.
+_LAYOUT = {
+    "model": (("vocab_size", "d_model", "n_layers"), ("n_heads", "d_ff", "tie_embeddings")),
+    "train": (("global_batch_size", "seq_len"), ("peak_lr", "warmup_steps"),
+              ("eval_every", "checkpoint_every"), ("log_every",)),
+    "budget": (("mode", "tokens", "n_kind"),),
+}
+
+
+def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
+  """({section: {field: value}}, mesh.num_cpu_devices, the comment saying why) for ``plan``."""
+  s, b = plan.chosen.shape, plan.batch
+  every = max(1, min(1000, b.steps // 10))
+  if plan.hardware is not None and plan.hardware.accelerator.kind == "cpu":
+    cpu_devices, cpu_note = plan.hardware.n_devices, f"the {plan.hardware.spec!r} the plan timed"
+  else:
+    cpu_devices = next(n for n in (8, 4, 2, 1) if b.global_batch_size % n == 0)
+    cpu_note = "as many virtual devices as divide the batch"
+  sections = {
+      "model": dict(vocab_size=s.vocab_size, d_model=s.d_model, n_layers=s.n_layers,
+                    n_heads=s.n_heads, d_ff=s.d_ff, tie_embeddings=s.tie_embeddings),
+      "train": dict(global_batch_size=b.global_batch_size, seq_len=b.seq_len, peak_lr=b.peak_lr,
+                    warmup_steps=b.warmup_steps, eval_every=every, checkpoint_every=every,
+                    log_every=max(1, min(50, b.steps // 20))),
+      "budget": dict(mode="tokens", tokens=plan.D, n_kind="total"),
+  }
+  return sections, cpu_devices, cpu_note
+
+
+def planned_config(plan: Plan, workdir: str):
+  """The ConfigDict of the planned run (what the file of :func:`config_source` returns)."""
+  sections, cpu_devices, _ = _settings(plan)
+  c = config_lib.base_config()
+  c.workdir = workdir
+  for name, values in sections.items():
+    c[name].update(**values)
+  c.mesh.num_cpu_devices = cpu_devices
+  return c
+
+
+def _literal(value) -> str:
+  """Python source of a setting: strings in double quotes, numbers and booleans as repr."""
+  return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _update_call(name: str, values: dict) -> str:
+  opening = f"  c.{name}.update("
+  groups = [", ".join(f"{k}={_literal(values[k])}" for k in group) for group in _LAYOUT[name]]
+  return opening + (",\n" + " " * len(opening)).join(groups) + ")"
+
+
+def config_source(plan: Plan, workdir: str) -> str:
+  """Python source of an ml_collections config file that trains ``plan`` exactly."""
+  sections, cpu_devices, cpu_note = _settings(plan)
+  budget_desc = ", ".join(f"{k}={v:.6g}" for k, v in plan.budget.items())
+  loss = "n/a" if plan.predicted_loss is None else f"{plan.predicted_loss:.4f} nats/token"
+  updates = "\n".join(_update_call(name, values) for name, values in sections.items())
+  return f'''"""Planned run: {plan.mode} budget ({budget_desc}), law {plan.law.name}.
+
+N = {plan.N:,} parameters, D = {plan.D:,} tokens ({plan.D / plan.N:.1f} tokens/param),
+C = 6ND = {plan.C:.4g} FLOPs, predicted loss {loss}.
+Run: chinchax train --config THIS_FILE
+"""
+
+from chinchax import config as config_lib
+
+
+def get_config(variant=None):
+  """The planned run's config (``variant`` is accepted and ignored)."""
+  del variant
+  c = config_lib.base_config()
+  c.workdir = {workdir!r}
+{updates}
+  # On CPU: {cpu_note} (ignored on accelerators).
+  c.mesh.num_cpu_devices = {cpu_devices}
+  return c
+'''
+
+
+def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None,
+                 n_devices: int | None = None) -> pathlib.Path:
+  """Validates the planned config and writes its file; nothing is written on error.
+
+  Args:
+    plan: the planned run.
+    path: the ``.py`` file to write (its directory must exist).
+    workdir: the run's workdir (default :func:`default_workdir`).
+    n_devices: devices the config is validated for (default 1).
+  Returns:
+    The path written.
+  Raises:
+    PlanError: the directory does not exist, the path does not end in .py, or
+      the config fails ``chinchax.config.validate``.
+  """
+  path = pathlib.Path(path)
+  if not path.parent.exists() or not path.parent.is_dir():
+    raise PlanError(f"cannot write config {str(path)!r}: directory {str(path.parent)!r} does not "
+                    f"exist")
+  if path.suffix != ".py":
+    raise PlanError(f"config path {str(path)!r} must end in .py (an ml_collections config file)")
+  workdir = workdir or default_workdir(plan)
+  try:
+    config_lib.validate(planned_config(plan, workdir), n_devices=n_devices or 1)
+  except config_lib.ConfigError as e:
+    raise PlanError(f"the planned config is invalid: {e}") from None
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(config_source(plan, workdir))
+  tmp.replace(path)
+  return path
+
+
+def default_workdir(plan: Plan) -> str:
+  """runs/plan-N<N>-D<D>, e.g. runs/plan-N1.2e+06-D2.4e+07."""
+  return f"runs/plan-N{plan.N:.2g}-D{plan.D:.2g}"

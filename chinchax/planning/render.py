@@ -1,0 +1,97 @@
+"""The planner's report: a plan as a readable table (:func:`format_plan`) and as strict JSON."""
+
+from __future__ import annotations
+
+import math
+
+from chinchax import budget
+from chinchax.planning.planner import Plan
+
+
+def _fmt_int(x: float) -> str:
+  return f"{x:,.0f}" if abs(x) < 1e7 else f"{x:.4g}"
+
+
+def format_plan(plan: Plan) -> str:
+  """A readable multi-line report of ``plan``."""
+  s, b, a = plan.chosen.shape, plan.batch, plan.allocation
+  lines = []
+  if plan.mode == "flops":
+    head = f"FLOP budget {plan.budget['flops']:.4g} FLOPs"
+  elif plan.mode == "hours":
+    head = f"time budget {plan.budget['hours']:.4g} hours on {plan.hardware.spec}"
+  else:
+    head = (f"dollar budget ${plan.budget['dollars']:,.2f} on {plan.hardware.spec} "
+            f"= {plan.budget['hours']:.4g} hours")
+  lines.append(f"chinchax plan — {head}")
+  lines.append(f"  law            {plan.law.name}  ({getattr(plan.law, 'source', '')})")
+  loss = f", frontier loss {a.loss:.4f} nats/token" if a.loss is not None else ""
+  lines.append(f"  optimum        C {a.C:.4g} FLOPs → N* {a.N:.4g} params, D* {a.D:.4g} tokens "
+               f"({a.tokens_per_param:.1f} tokens/param){loss}")
+  lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads} "
+               f"(head_dim {s.kv_size}), d_ff {s.d_ff}, vocab_size {s.vocab_size}, "
+               f"seq_len {b.seq_len}")
+  lines.append(f"                 N {_fmt_int(plan.N)} params (non-embedding "
+               f"{_fmt_int(plan.chosen.non_embedding)}), aspect d_model/n_layers "
+               f"{plan.chosen.aspect_ratio:.0f}")
+  lines.append(f"  training       global_batch_size {b.global_batch_size} × seq_len {b.seq_len} = "
+               f"{_fmt_int(b.tokens_per_step)} tokens/step, {_fmt_int(b.steps)} steps, "
+               f"D {_fmt_int(plan.D)} tokens ({plan.D / plan.N:.1f} tokens/param)")
+  lines.append(f"                 peak_lr {b.peak_lr:.3g}, warmup {_fmt_int(b.warmup_steps)} steps,"
+               f" cosine decay to 10% over the run")
+  mfu = budget.matmul_flops_per_token(s) * plan.D
+  appf = budget.chinchilla_flops_per_token(s) * plan.D
+  lines.append(f"  FLOPs          6ND {plan.C:.4g} | matmul (MFU) {mfu:.4g} | "
+               f"Chinchilla App. F {appf:.4g}")
+  if plan.predicted_loss is not None:
+    lines.append(f"  predicted loss {plan.predicted_loss:.4f} nats/token")
+  if plan.step_time_s is not None:
+    lines.append(f"  step time      {plan.step_time_s:.4g} s ({plan.step_time_model})")
+    cost = f", ${plan.dollars:,.2f}" if plan.dollars is not None else ""
+    start = (f" = start-up {plan.startup_s:.3g} s + {_fmt_int(plan.batch.steps)} steps"
+             if plan.startup_s else "")
+    lines.append(f"  wall time      {plan.seconds / 3600:.4g} hours{start}{cost}")
+    if plan.dollars:
+      lines.append(f"  tokens/dollar  {plan.D / plan.dollars:.4g}")
+  if plan.calibration:
+    lines.append(f"  calibration    measured on this machine (model → measured s/step, model error);"
+                 f" unmeasured shapes × {plan.calibration_factor:.3g}")
+    for r in plan.calibration:
+      lines.append(f"    d_model {r['d_model']:>5} × {r['n_layers']:>3} layers, batch "
+                   f"{r['global_batch_size']:>5}: {r['model_step_time_s']:.4g} → "
+                   f"{r['measured_step_time_s']:.4g} s ({r['model_error']:+.1%}), start-up "
+                   f"{r['startup_s']:.3g} s")
+  if plan.comparison:
+    lines.append(f"  vs FLOP-opt    {plan.comparison['summary']}")
+  if plan.dollar_curve:
+    lines.append("  loss per dollar")
+    for p in plan.dollar_curve:
+      loss = "-" if p["predicted_loss"] is None else f"{p['predicted_loss']:.4f}"
+      lines.append(f"    ${p['dollars']:>12,.2f}  N {p['N']:.3g}  D {p['D']:.3g}  loss {loss}  "
+                   f"tokens/$ {p['tokens_per_dollar']:.3g}")
+  lines.append("  candidates")
+  timed = plan.mode != "flops"
+  hdr = "    d_model n_layers n_heads   d_ff            N   ΔN/N* aspect"
+  lines.append(hdr + ("        D  step_s     loss" if timed else ""))
+  for c in plan.candidates:
+    row = (f"    {c['d_model']:>7} {c['n_layers']:>8} {c['n_heads']:>7} {c['d_ff']:>6} "
+           f"{c['N']:>12,} {c['N'] / plan.allocation.N - 1:>+7.3f} {c['aspect_ratio']:>6.0f}")
+    if timed:
+      loss = "-" if c["predicted_loss"] is None else f"{c['predicted_loss']:.4f}"
+      mark = "*" if c.get("step_time_source") == "measured" else " "
+      row += f" {c['D']:>8.3g} {c['step_time_s']:>7.3g}{mark} {loss:>7}"
+    lines.append(row)
+  for w in plan.warnings:
+    lines.append(f"  warning        {w}")
+  return "\n".join(lines)
+
+
+def finite(x):
+  """``x`` with non-finite floats replaced by None (strict JSON has no Infinity/NaN)."""
+  if isinstance(x, dict):
+    return {k: finite(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [finite(v) for v in x]
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  return x

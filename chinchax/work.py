@@ -1,0 +1,127 @@
+"""What one train step costs: executed matmul FLOPs, HBM traffic and peak memory per device.
+
+The FLOPs are :func:`chinchax.budget.executed_matmul_flops_per_token`'s; the
+traffic and memory follow the activation accounting of Korthikanti et al.
+2022 (Sec. 4.1). Step-time models (``chinchax.step_time``) and the
+benchmark's memory check read these. Units: FLOPs and bytes per device per
+step, data parallel over ``n_devices``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from chinchax import budget
+from chinchax import errors
+
+
+class StepTimeError(errors.UserError):
+  """An execution profile, step-time model or step-time file that cannot be used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionProfile:
+  """How a train step executes, as far as FLOPs and bytes go.
+
+  Attributes:
+    activation_bytes: bytes per activation element (4 float32, 2 bfloat16).
+    materialized_attention: the seq_len × seq_len attention probabilities are
+      written to and read back from memory (chinchax's ``xla`` attention).
+    causal_skip: the attention kernel skips the masked half (cuDNN flash).
+  """
+
+  activation_bytes: int = 2
+  materialized_attention: bool = True
+  causal_skip: bool = False
+
+  @staticmethod
+  def for_kind(kind: str) -> "ExecutionProfile":
+    """chinchax's defaults: CPU float32 + xla attention; GPU bf16 + cuDNN; TPU bf16 + xla."""
+    if kind == "cpu":
+      return ExecutionProfile(4, True, False)
+    if kind == "gpu":
+      return ExecutionProfile(2, False, True)
+    return ExecutionProfile(2, True, False)
+
+  @staticmethod
+  def from_names(compute_dtype: str, attention: str) -> "ExecutionProfile":
+    """Profile from a config's compute dtype and attention implementation names."""
+    if compute_dtype not in ("float32", "bfloat16"):
+      raise StepTimeError(f"compute_dtype={compute_dtype!r} is not 'float32' or 'bfloat16'")
+    if attention not in ("xla", "cudnn"):
+      raise StepTimeError(f"attention={attention!r} is not 'xla' or 'cudnn'")
+    return ExecutionProfile(4 if compute_dtype == "float32" else 2, attention == "xla",
+                            attention == "cudnn")
+
+
+# Bytes per parameter per step with float32 parameters and AdamW state:
+# forward reads the weights (4), backward reads them again (4) and writes the
+# gradient (4); AdamW reads parameter, gradient, m and v (16) and writes
+# parameter, m and v (12).
+PARAM_BYTES_PER_STEP = 40
+# Bytes per parameter held: float32 parameter, gradient, AdamW m and v.
+STATE_BYTES_PER_PARAM = 16
+
+
+def step_flops(shape: budget.ModelShape, global_batch_size: int, *, n_devices: int = 1,
+               profile: ExecutionProfile = ExecutionProfile()) -> float:
+  """Executed matmul FLOPs of one train step per device (data parallel over ``n_devices``)."""
+  tokens = global_batch_size * shape.seq_len / n_devices
+  return tokens * budget.executed_matmul_flops_per_token(shape, causal_skip=profile.causal_skip)
+
+
+def bytes_per_step(shape: budget.ModelShape, global_batch_size: int, *, n_devices: int = 1,
+                   profile: ExecutionProfile = ExecutionProfile()) -> float:
+  """Estimated HBM traffic of one train step per device, bytes.
+
+  Three parts:
+
+  * weights and optimizer: :data:`PARAM_BYTES_PER_STEP` (40) bytes per
+    parameter, every device holding a full replica (data parallelism);
+  * activations: each tensor the backward pass needs is written in the
+    forward and read in the backward. Per layer and token these are the two
+    norm inputs and outputs (4·d_model), q, k, v and the attention output
+    (4·n_heads·head_dim), the gate, up and gated MLP hiddens (3·d_ff) and,
+    when attention is materialised, one row of probabilities per head
+    (n_heads·seq_len) — the accounting of Korthikanti et al. 2022 (Sec. 4.1)
+    for this block without dropout;
+  * logits: float32 logits written, read by the loss, their gradient written
+    and read: 16·vocab_size bytes per token.
+
+  Fusion may remove some of this traffic and un-fused elementwise ops add
+  more; fitted step-time models absorb the difference.
+  """
+  tokens = global_batch_size * shape.seq_len / n_devices
+  activations = 2 * profile.activation_bytes * shape.n_layers * _saved_per_layer(shape, profile)
+  logits = 16 * shape.vocab_size
+  return PARAM_BYTES_PER_STEP * budget.param_counts(shape).total + tokens * (activations + logits)
+
+
+def memory_per_device(shape: budget.ModelShape, global_batch_size: int, *, n_devices: int = 1,
+                      profile: ExecutionProfile = ExecutionProfile()) -> float:
+  """Rough peak memory per device, bytes: float32 parameters, gradients, AdamW m and v
+  (:data:`STATE_BYTES_PER_PARAM`, 16 bytes per parameter, replicated) plus saved
+  activations and logits of the device's share of the batch (half the traffic of
+  :func:`bytes_per_step`)."""
+  tokens = global_batch_size * shape.seq_len / n_devices
+  acts = (profile.activation_bytes * shape.n_layers * _saved_per_layer(shape, profile)
+          + 8 * shape.vocab_size)
+  return STATE_BYTES_PER_PARAM * budget.param_counts(shape).total + tokens * acts
+
+
+def sharded_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
+                              n_devices: int = 1,
+                              profile: ExecutionProfile = ExecutionProfile()) -> float:
+  """:func:`memory_per_device` with parameters and AdamW state sharded over the devices (FSDP):
+  each device keeps 1 / n_devices of the 16 bytes per parameter."""
+  replicated = memory_per_device(shape, global_batch_size, n_devices=n_devices, profile=profile)
+  n = budget.param_counts(shape).total
+  return replicated - STATE_BYTES_PER_PARAM * n * (1 - 1 / n_devices)
+
+
+def _saved_per_layer(shape: budget.ModelShape, profile: ExecutionProfile) -> int:
+  """Activation elements per token and layer saved for the backward (see :func:`bytes_per_step`)."""
+  per_layer = 4 * shape.d_model + 4 * shape.n_heads * shape.kv_size + 3 * shape.d_ff
+  if profile.materialized_attention:
+    per_layer += shape.n_heads * shape.seq_len
+  return per_layer
