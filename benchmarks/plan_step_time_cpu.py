@@ -35,7 +35,7 @@ from chinchax import bench
 from chinchax import budget
 from chinchax import sharding as sharding_lib
 from chinchax import train as train_lib
-from chinchax.planning import calibrate as calibrate_lib
+from chinchax.planning import measure as measure_lib
 from chinchax.planning import shapes as shapes_lib
 from chinchax import step_time as step_time_lib
 from chinchax import work as work_lib
@@ -59,7 +59,7 @@ def run_for(p: dict, seconds: float) -> dict:
   """Train steps of the planned shape back to back for `seconds`, clock started before compile."""
   shape = budget.ModelShape(d_model=p["d_model"], n_layers=p["n_layers"], n_heads=p["n_heads"],
                             d_ff=p["d_ff"], vocab_size=V, seq_len=SEQ)
-  c = calibrate_lib.step_config(shape, p["global_batch_size"], steps=1000)
+  c = measure_lib.step_config(shape, p["global_batch_size"], steps=1000)
   t_start = time.perf_counter()
   spec = train_lib.resolve(c, 1)
   mesh = sharding_lib.make_mesh(spec.mesh, jax.devices()[:1])
@@ -104,7 +104,7 @@ def main():
   for d, L, mult in SWEEP[len(rows):]:
     s = shapes_lib.shape_for(d, L, vocab_size=V, seq_len=SEQ, accelerator=False)
     gbs = max(1, int(B * mult))
-    r = bench.measure_point(calibrate_lib.step_config(s, gbs, steps=1000), warmup_steps=3,
+    r = bench.measure_point(measure_lib.step_config(s, gbs, steps=1000), warmup_steps=3,
                             timed_steps=12,
                             devices=jax.devices()[:1])
     if r["status"] != "ok":

@@ -12,7 +12,7 @@ from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hardware as hw
 from chinchax.planning import allocate
-from chinchax.planning import calibrate
+from chinchax.planning import measure
 from chinchax import cli
 from chinchax.planning import config_file
 from chinchax.planning import planner
@@ -322,7 +322,7 @@ def test_calibrate_warns_when_an_unmeasured_shape_looks_better(tmp_path):
 
 def test_calibrate_times_a_real_step_on_this_machine():
   s = shapes.shape_for(32, 2, vocab_size=257, seq_len=32, accelerator=False)
-  t, startup = calibrate.measure_step_time(s, 4, hw.parse_hardware("cpu"), warmup_steps=1,
+  t, startup = measure.measure_step_time(s, 4, hw.parse_hardware("cpu"), warmup_steps=1,
                                           timed_steps=3)
   assert 0 < t < startup  # compiling costs more than one tiny step
 

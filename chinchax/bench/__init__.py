@@ -59,7 +59,7 @@ from chinchax.bench.memory import compiled_memory_bytes, device_memory_limit, is
 from chinchax.bench.plots import write_plots
 from chinchax.bench.points import (MESH_LAYOUTS, SWEEP_FIELDS, Point,
                                    expand_points, parse_mesh, point_config, validate_bench)
-from chinchax.bench.probe import match_accelerator, probe
+from chinchax.bench.probe import probe
 from chinchax.bench.report import format_row, summary_markdown
 from chinchax.bench.stepfit import fit_step_time, heldout_indices
 from chinchax.bench.sweep import CSV_COLUMNS, run_bench, write_tables
@@ -67,7 +67,7 @@ from chinchax.bench.sweep import CSV_COLUMNS, run_bench, write_tables
 __all__ = [
     "CSV_COLUMNS", "MESH_LAYOUTS", "STATUSES", "SWEEP_FIELDS", "Point",
     "compiled_memory_bytes", "device_memory_limit", "expand_points", "fit_step_time",
-    "format_row", "heldout_indices", "is_oom", "match_accelerator", "measure_point",
+    "format_row", "heldout_indices", "is_oom", "measure_point",
     "parse_mesh", "peak_memory", "point_config", "probe", "run_bench", "summary_markdown",
     "validate_bench", "write_plots", "write_tables",
 ]

@@ -11,6 +11,7 @@ written: ``chinchax.cli.main`` prints it as one ``error:`` line, exit 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -18,7 +19,6 @@ import sys
 from chinchax import console
 from chinchax import hardware as hardware_lib
 from chinchax import step_time as step_time_lib
-from chinchax.planning import calibrate as calibrate_lib
 from chinchax.planning import config_file
 from chinchax.planning import planner
 from chinchax.planning import render
@@ -145,11 +145,15 @@ def run(args: argparse.Namespace) -> planner.Plan:
     plan = planner.plan_flops(args.flops, law, hardware=hw, **kw)
   else:
     if args.calibrate:
-      kw.update(calibrate=args.calibrate, progress=lambda line: console.say(
-          f"chinchax plan: {line}", stream=sys.stderr))
+      # Only --calibrate needs the train stack (JAX, Flax, orbax): a plan without it starts in
+      # well under a second, so the module is imported here.
+      from chinchax.planning import measure as measure_lib
+      kw.update(calibrate=args.calibrate,
+                measure=functools.partial(measure_lib.measure_step_time, hardware=hw),
+                progress=lambda line: console.say(f"chinchax plan: {line}", stream=sys.stderr))
       if hw.accelerator.kind == "cpu":
         _expose_cpu_devices(hw.n_devices)
-      calibrate_lib.local_devices_for(hw)  # the wrong machine is refused before any planning
+      measure_lib.local_devices_for(hw)  # the wrong machine is refused before any planning
     if args.hours is not None:
       plan = planner.plan_time(args.hours * 3600.0, hw, law, budget_dict={"hours": args.hours},
                                **kw)
@@ -162,7 +166,7 @@ def _expose_cpu_devices(n: int) -> None:
   """Makes ``n`` virtual CPU devices visible for --calibrate on ``cpuxN``, if JAX has not started.
 
   Once JAX's backend runs (e.g. in-process callers), its device count is kept
-  and :func:`chinchax.planning.calibrate.measure_step_time` says what is missing.
+  and :func:`chinchax.planning.measure.measure_step_time` says what is missing.
   """
   import jax  # imported here: planning without --calibrate never starts JAX
   if n > 1:

@@ -1,96 +1,25 @@
-"""``--calibrate``: time candidate shapes with ``chinchax train``'s own step on this machine.
+"""``--calibrate``: choose among measured shapes, not a step-time model's guesses.
 
 Ranking by a fitted step-time model alone favours whichever shape the model
-under-predicts most, so the time planner can time its best candidates and the
-FLOP-optimal shape (:func:`measure_step_time`, the step of
-:func:`chinchax.bench.measure_point`) and choose among the measured ones
-(:func:`calibrate`), their start-up (set-up, compile, first step) paid out of
-the budget.
+under-predicts most, so the time planner times its best candidates and the
+FLOP-optimal shape (a ``measure`` function, on real devices
+:func:`chinchax.planning.measure.measure_step_time`) and chooses among the
+measured ones (:func:`calibrate`), their start-up (set-up, compile, first step)
+paid out of the budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import numpy as np
 
-from chinchax import bench as bench_lib
 from chinchax import budget
-from chinchax import config as config_lib
 from chinchax import hardware as hardware_lib
-from chinchax.planning import shapes as shapes_lib
 from chinchax import step_time as step_time_lib
 from chinchax.planning import timed
 from chinchax.planning.errors import PlanError
-
-
-def local_devices_for(hardware: hardware_lib.Hardware) -> list:
-  """The first ``hardware.n_devices`` local JAX devices, if this machine is ``hardware``.
-
-  Raises:
-    PlanError: the local devices are another kind, or too few.
-  """
-  import jax  # imported here: planning without --calibrate never starts JAX
-
-  devices = jax.devices()
-  backend = jax.default_backend()
-  local = hardware_lib.match_accelerator(devices[0].device_kind, backend,
-                                         hardware_lib.load_accelerators())
-  if local is None or local.name != hardware.accelerator.name:
-    raise PlanError(f"--calibrate times candidates on this machine, which has "
-                    f"{len(devices)}× {devices[0].device_kind} ({backend}), not "
-                    f"{hardware.spec}; plan without --calibrate or run where the hardware is")
-  if len(devices) < hardware.n_devices:
-    raise PlanError(f"--calibrate needs {hardware.n_devices} local devices for {hardware.spec}, "
-                    f"this process has {len(devices)}"
-                    + (f" (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
-                       f"{hardware.n_devices})" if backend == "cpu" else ""))
-  return devices[:hardware.n_devices]
-
-
-def step_config(shape: budget.ModelShape, global_batch_size: int, *, steps: int):
-  """The training config whose step a planned ``shape`` runs, ``steps`` long.
-
-  ``chinchax.config.base_config()`` with the shape, batch and seq_len set and
-  the budget in steps (calibration and the CPU plan benchmark time it).
-  """
-  c = config_lib.base_config()
-  c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
-                 n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
-  c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
-  c.budget.update(mode="steps", steps=steps)
-  return c
-
-
-def measure_step_time(shape: shapes_lib.ShapeCandidate | budget.ModelShape,
-                      global_batch_size: int, hardware: hardware_lib.Hardware, *,
-                      warmup_steps: int = 3, timed_steps: int = 20) -> tuple[float, float]:
-  """Times ``chinchax train``'s step for a shape on this machine's devices.
-
-  The step is :func:`chinchax.bench.measure_point`'s — the training config
-  the planner would write (default compute dtype and attention), random
-  tokens — on the first ``hardware.n_devices`` local devices.
-
-  Returns:
-    (mean step time over the timed steps, start-up = everything before the
-    steady state: state set-up, tracing, compilation, first step), in seconds.
-  Raises:
-    PlanError: the local devices are not ``hardware`` (kind or count), or the
-      step fails to compile or run (the message carries XLA's error).
-  """
-  shape = getattr(shape, "shape", shape)
-  devices = local_devices_for(hardware)
-  c = step_config(shape, global_batch_size, steps=warmup_steps + timed_steps + 1)
-  row = bench_lib.measure_point(c, warmup_steps=warmup_steps, timed_steps=timed_steps,
-                                devices=devices)
-  if row.get("status") != "ok":
-    raise PlanError(f"--calibrate: the train step of d_model {shape.d_model} × {shape.n_layers} "
-                    f"layers, batch {global_batch_size} failed ({row.get('status')}): "
-                    f"{row.get('error', '')[:500]}")
-  # A budget pays the mean step, slow outliers included (the bench reports the median).
-  return float(np.mean(row["step_times_s"])), float(row["startup_s"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +52,8 @@ def calibrate(ranked: list[timed.TimedCandidate], flop_opt: timed.TimedCandidate
     ranked: the candidates ranked by the model (:func:`chinchax.planning.timed.rank_key`).
     flop_opt: the FLOP-optimal candidate.
     k: candidates to time first.
-    measure: ``(ModelShape, global_batch_size) -> (step_time_s, startup_s)``;
-      None times on ``hardware`` with :func:`measure_step_time`.
+    measure: ``(ModelShape, global_batch_size) -> (step_time_s, startup_s)``,
+      e.g. :func:`chinchax.planning.measure.measure_step_time` on ``hardware``.
     seconds, C, law, model, hardware: as in :func:`chinchax.planning.timed.evaluate`.
     has_loss: the law predicts loss (rank by loss, else by frontier distance).
     progress: called with a line before each measurement.
@@ -136,7 +65,7 @@ def calibrate(ranked: list[timed.TimedCandidate], flop_opt: timed.TimedCandidate
     PlanError: no measured candidate finishes a step once its start-up is paid.
   """
   if measure is None:
-    measure = functools.partial(measure_step_time, hardware=hardware)
+    raise PlanError("calibration needs a measure function (chinchax.planning.measure)")
 
   def key(tc):
     return tc.candidate.key

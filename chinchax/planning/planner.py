@@ -271,8 +271,8 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
       that shape. Measured start-up (set-up, compile, first step) comes out
       of the budget. 0 trusts the model.
     measure: ``(ModelShape, global_batch_size) -> (step_time_s, startup_s)``
-      for calibration (default :func:`chinchax.planning.calibrate.measure_step_time` on
-      ``hardware``).
+      for calibration, needed when ``calibrate`` > 0 (on this machine's devices:
+      ``functools.partial(chinchax.planning.measure.measure_step_time, hardware=hardware)``).
     progress: called with a line before each calibration measurement.
   Returns:
     The :class:`Plan` of the best candidate, with ``comparison`` holding the
