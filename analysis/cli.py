@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
-from analysis import fit as fitlib
+from chinchax import errors
 from chinchax import laws
-from analysis import plots
-from analysis import report as reportlib
-from analysis.io import ResultsError, load_results
+from analysis.errors import FitOptionError
+from analysis.pipeline import DEFAULT_JOBS, fit_results
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--bootstrap", type=int, default=200, metavar="N",
                  help="bootstrap resamples per approach (0 = no intervals)")
   p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-  p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+  p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
                  help="processes for Approach 3's 4500 L-BFGS starts")
   p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K",
                  help="drop the K runs with the highest loss before fitting (Besiroglu et al. "
@@ -57,65 +55,36 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+  """Raises FitOptionError for a count flag below its least value (names the flag)."""
+  for flag, value, low in (("--bootstrap", args.bootstrap, 0), ("--jobs", args.jobs, 1),
+                           ("--drop-highest-loss", args.drop_highest_loss, 0),
+                           ("--min-budgets", args.min_budgets, 1)):
+    if value < low:
+      raise FitOptionError(f"{flag} must be >= {low}, got {value}")
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs ``fit``; ``argv`` starts with RESULTS (a leading ``fit`` is accepted too).
 
   Returns:
-    0 on success, 2 on bad input or an unsupported, explicitly requested approach.
+    0 on success, 2 on bad input or an unsupported, explicitly requested approach
+    (a :class:`chinchax.errors.UserError`, printed as ``chinchax fit: error: ...``).
   """
   argv = list(sys.argv[1:] if argv is None else argv)
   if len(argv) > 1 and argv[0] == "fit" and not os.path.isfile("fit"):
     argv = argv[1:]
   args = build_parser().parse_args(argv)
-  say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
-  err = lambda msg: print(f"chinchax fit: error: {msg}", file=sys.stderr)  # noqa: E731
-  for flag, value, low in (("--bootstrap", args.bootstrap, 0), ("--jobs", args.jobs, 1),
-                           ("--drop-highest-loss", args.drop_highest_loss, 0),
-                           ("--min-budgets", args.min_budgets, 1)):
-    if value < low:
-      err(f"{flag} must be >= {low}, got {value}")
-      return 2
   try:
-    compare = [laws.get_law(name) for name in (args.compare or list(laws.PUBLISHED_LAWS))]
-  except ValueError as e:
-    err(str(e))
-    return 2
-  t0 = time.perf_counter()
-  try:
-    runs = load_results(args.results, min_budgets=args.min_budgets)
-    runs = runs.drop_highest_loss(args.drop_highest_loss)
-  except ResultsError as e:
-    err(str(e))
-    return 2
-  say(f"loaded {len(runs)} runs ({runs.n_failed} failed, ignored) in "
-      f"{len(runs.budgets())} IsoFLOP budgets from {args.results}")
-  approaches = fitlib.APPROACHES if args.approach == "all" else (args.approach,)
-  try:
-    report = fitlib.fit_all(runs, approaches, n_bootstrap=args.bootstrap, seed=args.seed,
-                            strict=args.approach != "all", n_jobs=args.jobs, log=say)
-  except fitlib.FitError as e:
-    err(f"approach {args.approach}: {e}")
-    return 2
-  if not report.results:
-    err("no approach could be fitted: " + "; ".join(
-        f"approach {k}: {v}" for k, v in report.skipped.items()))
-    return 2
-  out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.results)), "fit")
-  figures = [] if args.no_figures else plots.make_figures(report, out, compare)
-  json_path, md_path = reportlib.write_report(report, out, compare, figures)
-  for k, res in sorted(report.results.items()):
-    p = res.params()
-    boot = report.bootstraps.get(k)
-    ci = f" [{boot.ci['a'][0]:.3f}, {boot.ci['a'][1]:.3f}]" if boot else ""
-    extra = ""
-    if k == "3":
-      extra = (f"  E={p['E']:.4g} A={p['A']:.4g} B={p['B']:.4g} alpha={p['alpha']:.4g} "
-               f"beta={p['beta']:.4g}")
-    say(f"approach {k}: a = {p['a']:.4f}{ci}{extra}")
-  for k, reason in report.skipped.items():
-    say(f"approach {k}: skipped: {reason}")
-  say(f"wrote {json_path}, {md_path} and {len(figures)} figure files in "
-      f"{time.perf_counter() - t0:.1f} s")
+    _check_counts(args)
+    fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,
+                seed=args.seed, n_jobs=args.jobs, drop_highest_loss=args.drop_highest_loss,
+                min_budgets=args.min_budgets, compare=args.compare,
+                figures=not args.no_figures,
+                log=None if args.quiet else (lambda msg: print(msg, flush=True)))
+  except errors.UserError as e:
+    print(f"chinchax fit: error: {e}", file=sys.stderr)
+    return errors.USER_ERROR_EXIT_CODE
   return 0
 
 

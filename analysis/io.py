@@ -20,7 +20,6 @@ duplicated run, empty table, too few IsoFLOP budgets) raises
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -28,12 +27,8 @@ from typing import Sequence
 
 import numpy as np
 
-from chinchax import errors
-
-
-class ResultsError(errors.UserError):
-  """A results table cannot be used; the message names the file and the problem."""
-
+from analysis.errors import ResultsError
+from analysis.runs import Runs, check_curve, flops_6nd, runs_from_arrays, tokens_6nd
 
 # Column aliases for CSV input: canonical name -> accepted header names.
 _CSV_ALIASES = {
@@ -45,164 +40,6 @@ _CSV_ALIASES = {
     "run_id": ("run_id",),
     "status": ("status",),
 }
-
-# Relative tolerance for grouping runs into IsoFLOP budgets when a table has no
-# C_budget column: runs whose C lie within this factor form one budget.
-BUDGET_GROUP_RTOL = 0.02
-
-
-@dataclasses.dataclass(frozen=True)
-class Runs:
-  """Finished runs of a results table, as arrays of shape (R,).
-
-  Attributes:
-    N: parameters per run, shape (R,).
-    D: training tokens per run, shape (R,).
-    loss: final eval loss per run, nats/token, shape (R,).
-    budget: IsoFLOP budget each run belongs to, FLOPs, shape (R,). From the
-      table's C_budget, else C = 6ND grouped within ``BUDGET_GROUP_RTOL``.
-    run_id: identifiers, length R.
-    curves: per-run eval curves, each an array (F, 2) of (FLOPs seen, eval
-      loss) sorted by FLOPs; None when the table has none (CSV input).
-    n_failed: rows with status "failed" (not fitted).
-    source: the file the runs came from ("" when built in memory).
-    has_budget_column: whether budgets came from the table (True) or were
-      grouped from C (False).
-  """
-
-  N: np.ndarray
-  D: np.ndarray
-  loss: np.ndarray
-  budget: np.ndarray
-  run_id: tuple[str, ...]
-  curves: tuple[np.ndarray, ...] | None = None
-  n_failed: int = 0
-  source: str = ""
-  has_budget_column: bool = False
-
-  @property
-  def C(self) -> np.ndarray:
-    """Training FLOPs per run by C = 6·N·D (Chinchilla Sec. 3), shape (R,)."""
-    return 6.0 * self.N * self.D
-
-  def __len__(self) -> int:
-    return int(self.N.shape[0])
-
-  def budgets(self) -> np.ndarray:
-    """Sorted distinct IsoFLOP budgets, FLOPs, shape (K,)."""
-    return np.unique(self.budget)
-
-  def subset(self, idx) -> "Runs":
-    """The runs at integer indices ``idx`` (repeats allowed, as in a bootstrap)."""
-    idx = np.asarray(idx, dtype=np.int64)
-    curves = None if self.curves is None else tuple(self.curves[i] for i in idx)
-    return dataclasses.replace(
-        self, N=self.N[idx], D=self.D[idx], loss=self.loss[idx], budget=self.budget[idx],
-        run_id=tuple(self.run_id[i] for i in idx), curves=curves)
-
-  def drop_highest_loss(self, k: int) -> "Runs":
-    """The runs without the ``k`` highest losses (Besiroglu et al. 2024 drop 5)."""
-    if k <= 0:
-      return self
-    if k >= len(self):
-      raise ResultsError(f"cannot drop the {k} highest losses of {self.source or 'the table'}: "
-                         f"it has only {len(self)} runs")
-    keep = np.sort(np.argsort(self.loss, kind="stable")[: len(self) - k])
-    return self.subset(keep)
-
-
-def group_budgets(C: np.ndarray, rtol: float = BUDGET_GROUP_RTOL) -> np.ndarray:
-  """Groups FLOP counts into IsoFLOP budgets.
-
-  Sorted C values join the current group while within a factor (1 + rtol) of
-  the group's smallest member; each group is labelled by its geometric mean.
-
-  Args:
-    C: FLOPs per run, shape (R,).
-    rtol: relative width of a group.
-
-  Returns:
-    Budget label per run, FLOPs, shape (R,).
-  """
-  C = np.asarray(C, dtype=np.float64)
-  order = np.argsort(C, kind="stable")
-  labels = np.empty_like(C)
-  start = 0
-  while start < len(order):
-    stop = start + 1
-    while stop < len(order) and C[order[stop]] <= C[order[start]] * (1.0 + rtol):
-      stop += 1
-    members = order[start:stop]
-    labels[members] = math.exp(float(np.mean(np.log(C[members]))))
-    start = stop
-  return labels
-
-
-def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
-                     source: str = "", n_failed: int = 0) -> Runs:
-  """Builds :class:`Runs` from arrays, validating them.
-
-  Args:
-    N: parameters, shape (R,).
-    D: tokens, shape (R,).
-    loss: nats/token, shape (R,).
-    budget: IsoFLOP budget per run, FLOPs, shape (R,); None groups C = 6ND.
-    curves: optional sequence of R arrays (F, 2) of (FLOPs seen, eval loss).
-    run_id: optional R identifiers; default "run{i}".
-    source: name used in error messages.
-    n_failed: failed runs to record.
-
-  Raises:
-    ResultsError: empty input, mismatched lengths, or a NaN/non-positive value.
-  """
-  where = source or "input"
-  arrays = {}
-  for name, x in (("N", N), ("D", D), ("loss", loss)):
-    arr = np.asarray(x, dtype=np.float64).reshape(-1)
-    arrays[name] = arr
-  R = arrays["N"].shape[0]
-  if R == 0:
-    raise ResultsError(f"{where}: no runs to fit (empty table)")
-  for name, arr in arrays.items():
-    if arr.shape[0] != R:
-      raise ResultsError(f"{where}: column {name} has {arr.shape[0]} values, N has {R}")
-    bad = np.flatnonzero(~np.isfinite(arr) | (arr <= 0))
-    if bad.size:
-      raise ResultsError(f"{where}: column {name} must be finite and > 0; run {int(bad[0])} "
-                         f"has {arr[bad[0]]!r}")
-  has_budget = budget is not None
-  if budget is None:
-    budget_arr = group_budgets(6.0 * arrays["N"] * arrays["D"])
-  else:
-    budget_arr = np.asarray(budget, dtype=np.float64).reshape(-1)
-    if budget_arr.shape[0] != R or np.any(~np.isfinite(budget_arr) | (budget_arr <= 0)):
-      raise ResultsError(f"{where}: C_budget must have one finite positive value per run")
-  ids = tuple(f"run{i}" for i in range(R)) if run_id is None else tuple(str(r) for r in run_id)
-  if len(ids) != R:
-    raise ResultsError(f"{where}: {len(ids)} run ids for {R} runs")
-  curve_tuple = None
-  if curves is not None:
-    curve_tuple = tuple(_check_curve(c, where, ids[i]) for i, c in enumerate(curves))
-    if len(curve_tuple) != R:
-      raise ResultsError(f"{where}: {len(curve_tuple)} eval curves for {R} runs")
-  return Runs(N=arrays["N"], D=arrays["D"], loss=arrays["loss"], budget=budget_arr, run_id=ids,
-              curves=curve_tuple, n_failed=n_failed, source=source,
-              has_budget_column=has_budget)
-
-
-def _check_curve(curve, where: str, rid: str) -> np.ndarray:
-  """Validates one eval curve; points at 0 FLOPs (an eval before the first step) are dropped."""
-  arr = np.asarray(curve, dtype=np.float64)
-  if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:
-    raise ResultsError(f"{where}: run {rid!r} eval_curve must be a non-empty list of "
-                       f"[flops_seen, eval_loss] pairs")
-  if np.any(~np.isfinite(arr)) or np.any(arr[:, 0] < 0) or np.any(arr[:, 1] <= 0):
-    raise ResultsError(f"{where}: run {rid!r} eval_curve has a NaN, negative FLOPs or "
-                       f"non-positive loss value")
-  arr = arr[arr[:, 0] > 0]
-  if arr.shape[0] == 0:
-    raise ResultsError(f"{where}: run {rid!r} eval_curve has no point after 0 FLOPs")
-  return arr[np.argsort(arr[:, 0], kind="stable")]
 
 
 def load_results(path: str, *, min_budgets: int = 3) -> Runs:
@@ -296,7 +133,7 @@ def _parse_jsonl(text: str, path: str) -> Runs:
     elif any_budget != has_b:
       raise ResultsError(f"{path}:{line_no}: run {rid!r}: column 'C_budget' is present on some "
                          f"rows and missing on others")
-    b = _number(row["C_budget"], path, line_no, "C_budget") if has_b else 6.0 * n * d
+    b = _number(row["C_budget"], path, line_no, "C_budget") if has_b else flops_6nd(n, d)
     config = (round(math.log(b), 6), int(round(n)), round(math.log(d), 6))
     if config in seen_config:
       raise ResultsError(f"{path}:{line_no}: duplicated run: {rid!r} repeats the (C_budget, N, D) "
@@ -305,7 +142,7 @@ def _parse_jsonl(text: str, path: str) -> Runs:
     curve = row.get("eval_curve")
     if curve:
       try:
-        curves.append(_check_curve(curve, f"{path}:{line_no}", rid))
+        curves.append(check_curve(curve, f"{path}:{line_no}", rid))
       except (TypeError, ValueError) as e:
         raise ResultsError(str(e)) from None
     else:
@@ -356,7 +193,7 @@ def _parse_csv(text: str, path: str) -> Runs:
     if cols["D"] is not None:
       d = _number(row.get(cols["D"]), path, line_no, cols["D"])
     else:
-      d = _number(row.get(cols["C"]), path, line_no, cols["C"]) / (6.0 * n)
+      d = tokens_6nd(_number(row.get(cols["C"]), path, line_no, cols["C"]), n)
     l = _number(row.get(cols["loss"]), path, line_no, cols["loss"])
     if cols["run_id"]:
       rid = (row.get(cols["run_id"]) or "").strip()

@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from chinchax import laws  # noqa: E402
 from analysis.fit import FitReport  # noqa: E402
+from analysis.runs import flops_6nd, tokens_6nd  # noqa: E402
 
 _APPROACH_COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:green"}
 _PUBLISHED_STYLES = ("--", ":", "-.", (0, (5, 2, 1, 2)), (0, (1, 3)))
@@ -76,7 +77,7 @@ def plot_isoflop(report: FitReport, out_dir: str) -> list[str]:
       law = a3.law
       for C in np.geomspace(runs.C.min(), runs.C.max(), 6):
         N = np.geomspace(runs.N.min() / 2, runs.N.max() * 2, 200)
-        ax.plot(N, law.loss(N, C / (6 * N)), color="0.4", lw=0.8)
+        ax.plot(N, law.loss(N, tokens_6nd(C, N)), color="0.4", lw=0.8)
         n_opt, _ = law.optimal_allocation(C)
         ax.scatter([n_opt], [law.optimal_loss(C)], marker="*", s=80, color="k", zorder=4)
       ax.set_title("Data by C, with IsoFLOP slices of the Approach-3 law (★ optimum)", fontsize=9)
@@ -155,12 +156,12 @@ def plot_contours(report: FitReport, out_dir: str) -> list[str]:
   sc = ax.scatter(runs.N, runs.D, c=runs.loss, cmap="magma", s=14, edgecolor="k", lw=0.3,
                   zorder=3)
   fig.colorbar(sc, ax=ax, label="observed loss (nats/token)")
-  C = np.geomspace(6 * N.min() * D.min(), 6 * N.max() * D.max(), 200)
+  C = np.geomspace(flops_6nd(N.min(), D.min()), flops_6nd(N.max(), D.max()), 200)
   n_opt, d_opt = law.optimal_allocation(C)
   inside = (n_opt >= N.min()) & (n_opt <= N.max()) & (d_opt >= D.min()) & (d_opt <= D.max())
   ax.plot(n_opt[inside], d_opt[inside], color="tab:green", lw=2, label="frontier (Approach 3)")
   for Ci in np.geomspace(runs.C.min(), runs.C.max(), 5):
-    ax.plot(N, Ci / (6 * N), color="0.5", lw=0.6, ls=":")
+    ax.plot(N, tokens_6nd(Ci, N), color="0.5", lw=0.6, ls=":")
   ax.set_xlim(N.min(), N.max())
   ax.set_ylim(D.min(), D.max())
   ax.set_xscale("log")

@@ -24,8 +24,11 @@ from typing import Sequence
 
 import numpy as np
 
-from analysis import fit as fitlib
 from chinchax import laws
+from analysis.approach3 import THETA_NAMES
+from analysis.approaches import APPROACHES
+from analysis.bootstrap import BootstrapResult, percentile_interval
+from analysis.fit import FitReport
 
 
 def _f(x) -> float | None:
@@ -45,7 +48,7 @@ def _fmt(x, digits: int = 4) -> str:
   return f"{x:.{digits}g}"
 
 
-def _boot_dict(boot: fitlib.BootstrapResult | None) -> dict:
+def _boot_dict(boot: BootstrapResult | None) -> dict:
   if boot is None:
     return {"ci": None, "std": None, "bootstrap": None}
   return {
@@ -78,7 +81,7 @@ def _approach_dict(key: str, res, boot) -> dict:
         "optimizer": "scipy.optimize.minimize L-BFGS-B, analytic gradient",
         "n_starts": res.n_starts, "n_starts_at_best": res.n_starts_at_best,
         "n_interior_starts_at_best": res.n_interior_starts_at_best,
-        "best_start": dict(zip(fitlib.THETA_NAMES, (float(v) for v in res.best_start))),
+        "best_start": dict(zip(THETA_NAMES, (float(v) for v in res.best_start))),
         "best_start_on_grid_edge": res.best_start_on_grid_edge,
         "optimum_inside_grid": res.optimum_inside_grid,
         "converged": res.converged, "n_iter": res.n_iter,
@@ -90,7 +93,7 @@ def _approach_dict(key: str, res, boot) -> dict:
   return d
 
 
-def _frontier_rows(report: fitlib.FitReport) -> list[dict]:
+def _frontier_rows(report: FitReport) -> list[dict]:
   runs = report.runs
   cmax = runs.C.max()
   lo = math.floor(math.log10(runs.C.min()))
@@ -112,8 +115,7 @@ def _frontier_rows(report: fitlib.FitReport) -> list[dict]:
           params = {p: boot.samples[p][i] for p in boot.samples}
           ns.append(_law_like(k, params).optimal_allocation(C)[0])
         if ns:
-          q = (100 * (1 - boot.level) / 2, 100 * (1 + boot.level) / 2)
-          entry["N_opt_ci"] = [_f(np.percentile(ns, q[0])), _f(np.percentile(ns, q[1]))]
+          entry["N_opt_ci"] = [_f(v) for v in percentile_interval(ns, boot.level)]
       row[f"approach{k}"] = entry
     rows.append(row)
   return rows
@@ -126,7 +128,7 @@ def _law_like(key: str, params: dict) -> laws.Law:
   return laws.PowerLawAllocation(name="boot", k_N=params["k_N"], a=params["a"])
 
 
-def report_dict(report: fitlib.FitReport, compare: Sequence[laws.Law] = (),
+def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
                 figures: Sequence[str] = ()) -> dict:
   """Every number of a fit as a JSON-ready dict (layout in the module docstring)."""
   runs = report.runs
@@ -150,7 +152,7 @@ def report_dict(report: fitlib.FitReport, compare: Sequence[laws.Law] = (),
     out.update({k: _f(v) for k, v in a3.params().items()})
     out["fit_range_flops"] = [_f(v) for v in a3.fit_range_flops]
     out["law_from"] = "approach3"
-  for key in fitlib.APPROACHES:
+  for key in APPROACHES:
     if key in report.results:
       out[f"approach{key}"] = _approach_dict(key, report.results[key], report.bootstraps.get(key))
     elif key in report.skipped:
@@ -189,7 +191,7 @@ def markdown(data: dict) -> str:
   lines.append("")
   lines += ["## Exponents (N_opt ∝ C^a, D_opt ∝ C^b; 95% bootstrap intervals)", "",
             "| law | a | b |", "|---|---|---|"]
-  for key in fitlib.APPROACHES:
+  for key in APPROACHES:
     d = data.get(f"approach{key}")
     if d is None:
       continue
@@ -251,7 +253,7 @@ def markdown(data: dict) -> str:
           lines.append(f"\n{len(few)} further budgets have fewer than 3 model sizes (left out; "
                        f"listed in fit.json).")
       lines.append("")
-  keys = [k for k in fitlib.APPROACHES if data.get(f"approach{k}", {}).get("status") == "ok"]
+  keys = [k for k in APPROACHES if data.get(f"approach{k}", {}).get("status") == "ok"]
   if keys:
     lines += ["## Compute-optimal frontier (* = extrapolated beyond the data)", "",
               "| C (FLOPs) | " + " | ".join(f"A{k}: N_opt | A{k}: D_opt | A{k}: D/N" for k in keys)
@@ -271,7 +273,7 @@ def markdown(data: dict) -> str:
   return "\n".join(lines)
 
 
-def write_report(report: fitlib.FitReport, out_dir: str, compare: Sequence[laws.Law] = (),
+def write_report(report: FitReport, out_dir: str, compare: Sequence[laws.Law] = (),
                  figures: Sequence[str] = ()) -> tuple[str, str]:
   """Writes ``fit.json`` and ``fit.md`` into ``out_dir``; returns their paths."""
   os.makedirs(out_dir, exist_ok=True)

@@ -1,4 +1,4 @@
-"""End-to-end tests of `chinchax fit` (analysis.cli.main) on synthetic ladders."""
+"""End-to-end tests of `chinchax fit` (analysis.cli, analysis.pipeline) on synthetic ladders."""
 
 import json
 import os
@@ -8,9 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import cli, fit
-from chinchax import laws
+from chinchax import errors, laws
+from analysis import approach3, cli, pipeline
+from analysis.errors import ApproachUnsupported, FitOptionError, ResultsError
 from analysis.io import write_results_jsonl
+from analysis.synthetic import synthetic_runs
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 BUDGETS = np.geomspace(1e18, 1e21, 7)
@@ -21,14 +23,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
 def small_grid(monkeypatch):
   """Every 25th start of the 4500-point grid, to keep the CLI tests quick."""
-  full = fit.chinchilla_grid()
-  monkeypatch.setattr(fit, "chinchilla_grid", lambda: full[::25])
+  full = approach3.chinchilla_grid()
+  monkeypatch.setattr(approach3, "chinchilla_grid", lambda: full[::25])
 
 
 @pytest.fixture
 def ladder(tmp_path):
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=9, noise=0.0005, curve_noise=0.0005, seed=5,
-                            curve_points=25)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=9, noise=0.0005, curve_noise=0.0005, seed=5,
+                        curve_points=25)
   path = tmp_path / "results.jsonl"
   write_results_jsonl(runs, str(path), failed=["c9_n9"])
   return path
@@ -36,7 +38,7 @@ def ladder(tmp_path):
 
 @pytest.fixture
 def final_csv(tmp_path):
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=7, noise=0.002, seed=6)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=7, noise=0.002, seed=6)
   path = tmp_path / "final.csv"
   with open(path, "w") as f:
     f.write("N,C,loss\n")
@@ -85,6 +87,24 @@ def test_csv_all_skips_approach1_with_reason(final_csv, tmp_path, small_grid):
   assert "eval-loss curve" in data["approach1"]["reason"]
   assert data["approach2"]["status"] == "ok" and data["approach3"]["status"] == "ok"
   assert "skipped" in (out / "fit.md").read_text()
+
+
+def test_fit_results_returns_the_report_and_raises_user_errors(final_csv, tmp_path, small_grid,
+                                                               capsys):
+  out = tmp_path / "api"
+  report = pipeline.fit_results(final_csv, out, n_bootstrap=0, n_jobs=1, figures=False)
+  assert set(report.results) == {"2", "3"} and "eval-loss curve" in report.skipped["1"]
+  assert json.loads((out / "fit.json").read_text())["approach3"]["status"] == "ok"
+  assert capsys.readouterr().out == ""  # no log: silent
+  with pytest.raises(ApproachUnsupported, match="^approach 1: .*eval-loss curve"):
+    pipeline.fit_results(final_csv, tmp_path / "o", approach="1", figures=False)
+  with pytest.raises(ResultsError, match="does not exist"):
+    pipeline.fit_results(tmp_path / "missing.csv")
+  with pytest.raises(FitOptionError, match="unknown law 'gpt5'"):
+    pipeline.fit_results(final_csv, compare=["gpt5"])
+  for cls in (ApproachUnsupported, ResultsError, FitOptionError):
+    assert issubclass(cls, errors.UserError)
+  assert not (tmp_path / "o").exists()
 
 
 def test_explicit_unsupported_approach_is_an_error(final_csv, tmp_path, capsys):

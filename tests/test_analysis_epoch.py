@@ -1,10 +1,10 @@
-"""Golden test: the Approach-3 refit of Chinchilla's data (issue 3, acceptance 1).
+"""Golden test: the Approach-3 refit of Chinchilla's data.
 
 Besiroglu et al. 2024 (arXiv 2404.10102) refit Chinchilla's Approach 3 on the
 245 points Epoch AI extracted from Chinchilla Fig. 4, after dropping the 5
 highest losses: E = 1.817 [1.769, 1.871], A = 482.01 [285, 744],
 B = 2085.43 [1042, 5810], alpha = 0.348 [0.317, 0.373], beta = 0.366
-[0.331, 0.415] (95% bootstrap intervals; shared/reference/README.md).
+[0.331, 0.415] (95% bootstrap intervals).
 """
 
 import csv

@@ -1,10 +1,18 @@
-"""Tests of analysis.fit on data generated from a known law (issue 3, acceptance 2)."""
+"""Tests of the fitters (Approaches 1-3, bootstrap, fit_all) on data generated from a known law."""
 
 import numpy as np
 import pytest
 
-from analysis import fit
 from chinchax import laws
+from analysis.approach1 import APPROACH1_N_POINTS, fit_approach1, smooth_curve
+from analysis.approach2 import fit_approach2
+from analysis.approach3 import chinchilla_grid, fit_approach3, huber_objective
+from analysis.approaches import support_reason
+from analysis.bootstrap import bootstrap
+from analysis.errors import ApproachUnsupported
+from analysis.fit import fit_all
+from analysis.runs import runs_from_arrays
+from analysis.synthetic import synthetic_runs
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 BUDGETS = np.geomspace(1e18, 1e21, 7)
@@ -13,38 +21,38 @@ BUDGETS = np.geomspace(1e18, 1e21, 7)
 @pytest.fixture(scope="module")
 def noisy_runs():
   """Final losses with 0.3% noise per run."""
-  return fit.synthetic_runs(TRUE, BUDGETS, n_sizes=9, noise=0.003, seed=1)
+  return synthetic_runs(TRUE, BUDGETS, n_sizes=9, noise=0.003, seed=1)
 
 
 @pytest.fixture(scope="module")
 def curve_runs():
   """Eval curves with 0.1% noise per point (Approach 1 picks single runs, so it is the
   most noise-sensitive approach)."""
-  return fit.synthetic_runs(TRUE, BUDGETS, n_sizes=9, curve_noise=0.001, seed=1, curve_points=25)
+  return synthetic_runs(TRUE, BUDGETS, n_sizes=9, curve_noise=0.001, seed=1, curve_points=25)
 
 
 @pytest.fixture(scope="module")
 def approach3(noisy_runs):
   # Every 9th start of the 4500-point grid keeps this test quick; the full grid
   # is exercised on the Epoch data in test_analysis_epoch.py.
-  return fit.fit_approach3(noisy_runs, starts=fit.chinchilla_grid()[::9])
+  return fit_approach3(noisy_runs, starts=chinchilla_grid()[::9])
 
 
 def test_huber_gradient_matches_finite_differences():
   rng = np.random.default_rng(0)
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=5, noise=0.01, seed=2)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=5, noise=0.01, seed=2)
   logN, logD, logL = np.log(runs.N), np.log(runs.D), np.log(runs.loss)
   for theta in (np.array([6.2, 7.6, 0.59, 0.35, 0.37]),      # near the optimum: mostly quadratic
                 np.array([3.0, 12.0, -0.5, 0.8, 0.9]),       # far: mostly linear Huber branch
                 rng.uniform([0, 0, -1, 0, 0], [25, 25, 1, 2, 2])):
-    f, g = fit.huber_objective(theta, logN, logD, logL)
+    f, g = huber_objective(theta, logN, logD, logL)
     num = np.zeros(5)
     for k in range(5):
       h = 1e-6 * max(1.0, abs(theta[k]))
       e = np.zeros(5)
       e[k] = h
-      num[k] = (fit.huber_objective(theta + e, logN, logD, logL)[0]
-                - fit.huber_objective(theta - e, logN, logD, logL)[0]) / (2 * h)
+      num[k] = (huber_objective(theta + e, logN, logD, logL)[0]
+                - huber_objective(theta - e, logN, logD, logL)[0]) / (2 * h)
     assert np.allclose(g, num, rtol=1e-4, atol=1e-8 * max(1.0, np.abs(num).max())), (theta, g, num)
     # The value is the summed Huber loss of the log-space residuals.
     pred = np.log(np.exp(theta[2]) + np.exp(theta[0]) * runs.N ** -theta[3]
@@ -55,7 +63,7 @@ def test_huber_gradient_matches_finite_differences():
 
 
 def test_grid_is_chinchillas_4500_starts():
-  g = fit.chinchilla_grid()
+  g = chinchilla_grid()
   assert g.shape == (4500, 5)
   assert sorted(set(g[:, 0])) == [0, 5, 10, 15, 20, 25]
   assert sorted(set(g[:, 2])) == [-1, -0.5, 0, 0.5, 1]
@@ -72,92 +80,92 @@ def test_approach3_recovers_parameters(approach3):
 
 
 def test_approach3_is_exact_without_noise():
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=7, noise=0.0)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=7, noise=0.0)
   start = np.array([[5.0, 8.0, 0.5, 0.5, 0.5]])
-  res = fit.fit_approach3(runs, starts=start)
+  res = fit_approach3(runs, starts=start)
   assert res.alpha == pytest.approx(TRUE.alpha, rel=1e-3)
   assert res.B == pytest.approx(TRUE.B, rel=1e-2)
   assert res.best_start_on_grid_edge is False and res.optimum_inside_grid
 
 
 def test_approach2_recovers_exponents(noisy_runs):
-  res = fit.fit_approach2(noisy_runs)
+  res = fit_approach2(noisy_runs)
   assert abs(res.a - TRUE.a) < 0.02
   assert abs(res.b - TRUE.b) < 0.02
   assert len(res.used) == len(BUDGETS)
 
 
 def test_approach1_recovers_exponents(curve_runs):
-  res = fit.fit_approach1(curve_runs)
+  res = fit_approach1(curve_runs)
   assert abs(res.a - TRUE.a) < 0.02
   assert abs(res.b - TRUE.b) < 0.02
-  assert len(res.C) == fit.APPROACH1_N_POINTS
+  assert len(res.C) == APPROACH1_N_POINTS
   assert np.unique(res.N_env).size > 10
   assert np.allclose(6 * res.N_env * res.D_env, res.C)
 
 
 def test_approach2_leaves_out_edge_budgets():
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=5, span=4.0)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=5, span=4.0)
   # Shift the last budget's sizes far above its optimum: its minimum is at the smallest N.
   N = runs.N.copy()
   last = runs.budget == BUDGETS[-1]
   N[last] *= 20
-  shifted = fit.runs_from_arrays(N, runs.budget / (6 * N), TRUE.loss(N, runs.budget / (6 * N)),
-                                 budget=runs.budget)
-  res = fit.fit_approach2(shifted)
+  shifted = runs_from_arrays(N, runs.budget / (6 * N), TRUE.loss(N, runs.budget / (6 * N)),
+                             budget=runs.budget)
+  res = fit_approach2(shifted)
   assert [p.status for p in res.budgets] == ["ok"] * 6 + ["edge"]
   assert "smallest sampled N" in res.budgets[-1].reason
   assert abs(res.a - TRUE.a) < 0.005
 
 
 def test_approach2_unsupported_with_too_few_sizes():
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=2)
-  assert "3 or more model sizes" in fit.support_reason(runs, "2")
-  with pytest.raises(fit.ApproachUnsupported, match="3 or more model sizes"):
-    fit.fit_approach2(runs)
-  with pytest.raises(fit.ApproachUnsupported, match="eval-loss curve"):
-    fit.fit_approach1(runs)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=2)
+  assert "3 or more model sizes" in support_reason(runs, "2")
+  with pytest.raises(ApproachUnsupported, match="3 or more model sizes"):
+    fit_approach2(runs)
+  with pytest.raises(ApproachUnsupported, match="eval-loss curve"):
+    fit_approach1(runs)
 
 
 def test_smooth_curve_keeps_lines_and_reduces_noise():
   x = np.linspace(0.0, 5.0, 30)
   line = 3.0 - 0.2 * x
-  assert np.allclose(fit.smooth_curve(x, line, 5), line)
+  assert np.allclose(smooth_curve(x, line, 5), line)
   noisy = line + np.random.default_rng(0).normal(0, 0.01, x.size)
-  smoothed = fit.smooth_curve(x, noisy, 5)
+  smoothed = smooth_curve(x, noisy, 5)
   assert np.std(smoothed - line) < 0.8 * np.std(noisy - line)
-  assert np.array_equal(fit.smooth_curve(x, noisy, 1), noisy)
+  assert np.array_equal(smooth_curve(x, noisy, 1), noisy)
 
 
 def test_bootstrap_intervals_cover_truth_and_are_seeded(noisy_runs, approach3):
-  b3 = fit.bootstrap(noisy_runs, "3", approach3, n_resamples=40, seed=3)
+  b3 = bootstrap(noisy_runs, "3", approach3, n_resamples=40, seed=3)
   assert b3.n_failed == 0 and set(b3.ci) >= {"E", "A", "B", "alpha", "beta", "a", "b", "G"}
   for name in ("E", "alpha", "beta", "a"):
     lo, hi = b3.ci[name]
     assert lo < hi
     assert lo - 0.02 * abs(lo) <= getattr(TRUE, name) <= hi + 0.02 * abs(hi), name
-  again = fit.bootstrap(noisy_runs, "3", approach3, n_resamples=40, seed=3)
+  again = bootstrap(noisy_runs, "3", approach3, n_resamples=40, seed=3)
   assert again.ci == b3.ci
-  other = fit.bootstrap(noisy_runs, "3", approach3, n_resamples=40, seed=4)
+  other = bootstrap(noisy_runs, "3", approach3, n_resamples=40, seed=4)
   assert other.ci != b3.ci
-  b2 = fit.bootstrap(noisy_runs, "2", fit.fit_approach2(noisy_runs), n_resamples=30, seed=0)
+  b2 = bootstrap(noisy_runs, "2", fit_approach2(noisy_runs), n_resamples=30, seed=0)
   assert b2.ci["a"][0] <= TRUE.a + 0.01 and b2.ci["a"][1] >= TRUE.a - 0.01
   lo_band, hi_band = b2.frontier_N
   assert np.all(lo_band <= hi_band) and lo_band.shape == b2.frontier_C.shape
 
 
 def test_fit_all_skips_with_reason_or_raises_when_strict():
-  runs = fit.synthetic_runs(TRUE, BUDGETS, n_sizes=5, noise=0.002)
-  rep = fit.fit_all(runs, ("1", "2"), n_bootstrap=5)
+  runs = synthetic_runs(TRUE, BUDGETS, n_sizes=5, noise=0.002)
+  rep = fit_all(runs, ("1", "2"), n_bootstrap=5)
   assert "1" in rep.skipped and "eval-loss curve" in rep.skipped["1"]
   assert "2" in rep.results and "2" in rep.bootstraps
-  with pytest.raises(fit.ApproachUnsupported, match="eval-loss curve"):
-    fit.fit_all(runs, ("1",), n_bootstrap=0, strict=True)
+  with pytest.raises(ApproachUnsupported, match="eval-loss curve"):
+    fit_all(runs, ("1",), n_bootstrap=0, strict=True)
 
 
 def test_parallel_starts_match_serial(noisy_runs):
-  starts = fit.chinchilla_grid()[::45]
-  serial = fit.fit_approach3(noisy_runs, starts=starts, n_jobs=1)
-  parallel = fit.fit_approach3(noisy_runs, starts=starts, n_jobs=2)
+  starts = chinchilla_grid()[::45]
+  serial = fit_approach3(noisy_runs, starts=starts, n_jobs=1)
+  parallel = fit_approach3(noisy_runs, starts=starts, n_jobs=2)
   assert np.array_equal(serial.theta, parallel.theta)
   assert serial.n_starts_at_best == parallel.n_starts_at_best

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis import fit
 from chinchax import laws
 from analysis.io import ResultsError, load_results, write_results_jsonl
+from analysis.synthetic import synthetic_runs
 
 EPOCH_CSV = "/work/shared/reference/epoch_chinchilla_svg_extracted_data.csv"
 
@@ -53,7 +53,7 @@ def test_csv_with_N_D_loss_and_with_C(tmp_path):
 
 
 def test_jsonl_round_trip_and_failed_rows(tmp_path):
-  runs = fit.synthetic_runs(_law(), [1e18, 1e19, 1e20], n_sizes=4, curve_points=5)
+  runs = synthetic_runs(_law(), [1e18, 1e19, 1e20], n_sizes=4, curve_points=5)
   path = tmp_path / "results.jsonl"
   write_results_jsonl(runs, str(path), failed=["broken"])
   back = load_results(str(path))

@@ -1,0 +1,285 @@
+"""Approach 3 of Hoffmann et al. 2022 (arXiv 2203.15556, Sec. 3.3, App. D.2): the parametric law.
+
+L(N, D) = E + A/N^alpha + B/D^beta is fitted by minimising the SUM over runs
+of Huber_delta(LSE(logA - alpha ln N, logB - beta ln D, logE) - ln L),
+delta = 1e-3, with L-BFGS from the 4500-point grid of starts, keeping the best.
+Summing (not averaging) matters: averaging shrinks the objective so L-BFGS
+stops early (Besiroglu et al. 2024, "Chinchilla Scaling: A replication
+attempt", arXiv 2404.10102).
+
+Units: N parameters, D tokens, C FLOPs, loss nats/token.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import itertools
+import math
+import multiprocessing
+import sys
+import time
+
+import numpy as np
+import scipy.optimize
+
+from chinchax import laws
+from analysis.blas import single_threaded_blas
+from analysis.errors import ApproachUnsupported, FitError
+from analysis.runs import Runs
+
+HUBER_DELTA = 1e-3          # Chinchilla Sec. 3.3 / App. D.2.
+
+# Grid of L-BFGS starts (Chinchilla App. D.2):
+# alpha, beta in {0, 0.5, ..., 2}, e = log E in {-1, -0.5, ..., 1},
+# a = log A and b = log B in {0, 5, ..., 25}: 6 * 6 * 5 * 5 * 5 = 4500 starts.
+GRID_LOG_A = np.arange(0.0, 25.0 + 1e-9, 5.0)
+GRID_LOG_B = np.arange(0.0, 25.0 + 1e-9, 5.0)
+GRID_LOG_E = np.arange(-1.0, 1.0 + 1e-9, 0.5)
+GRID_ALPHA = np.arange(0.0, 2.0 + 1e-9, 0.5)
+GRID_BETA = np.arange(0.0, 2.0 + 1e-9, 0.5)
+THETA_NAMES = ("logA", "logB", "logE", "alpha", "beta")
+_GRIDS = (GRID_LOG_A, GRID_LOG_B, GRID_LOG_E, GRID_ALPHA, GRID_BETA)  # in THETA_NAMES order
+MIN_RUNS = len(THETA_NAMES)  # a fit of 5 parameters needs at least 5 runs
+
+
+def chinchilla_grid() -> np.ndarray:
+  """The 4500 L-BFGS starts of Chinchilla App. D.2, shape (4500, 5).
+
+  Columns follow :data:`THETA_NAMES`: (logA, logB, logE, alpha, beta).
+  """
+  return np.array(list(itertools.product(*_GRIDS)), dtype=np.float64)
+
+
+def _grid_edges() -> tuple[np.ndarray, np.ndarray]:
+  """(lowest, highest) value of each coordinate of the start grid, each shape (5,)."""
+  return np.array([g[0] for g in _GRIDS]), np.array([g[-1] for g in _GRIDS])
+
+
+def approach3_support(runs: Runs) -> str | None:
+  """None if Approach 3 can run on ``runs``, else the reason it cannot."""
+  if len(runs) < MIN_RUNS:
+    return f"Approach 3 needs at least {MIN_RUNS} runs, got {len(runs)}"
+  return None
+
+
+def huber_objective(theta: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL: np.ndarray,
+                    delta: float = HUBER_DELTA) -> tuple[float, np.ndarray]:
+  """Chinchilla's Approach-3 objective and its analytic gradient.
+
+  f(theta) = sum_i Huber_delta(r_i), r_i = LSE(logA - alpha ln N_i,
+  logB - beta ln D_i, logE) - ln L_i (Chinchilla eq. 3 / App. D.2), with
+  Huber_delta(r) = r²/2 for |r| <= delta, else delta (|r| - delta/2).
+
+  With softmax weights w_k of the three LSE terms and h = clip(r, -delta,
+  delta) = Huber'(r): df/dlogA = sum h w_1, df/dalpha = -sum h w_1 ln N,
+  df/dlogB = sum h w_2, df/dbeta = -sum h w_2 ln D, df/dlogE = sum h w_3.
+
+  Args:
+    theta: (logA, logB, logE, alpha, beta), shape (5,).
+    logN: ln N per run, shape (R,).
+    logD: ln D per run, shape (R,).
+    logL: ln loss per run, shape (R,).
+    delta: Huber threshold (Chinchilla: 1e-3).
+
+  Returns:
+    (f, grad): the summed Huber loss (float) and its gradient, shape (5,).
+  """
+  logA, logB, logE, alpha, beta = theta
+  u = np.empty((3, logN.shape[0]))
+  np.multiply(logN, -alpha, out=u[0])
+  u[0] += logA
+  np.multiply(logD, -beta, out=u[1])
+  u[1] += logB
+  u[2] = logE
+  m = u.max(axis=0)
+  u -= m
+  np.exp(u, out=u)                    # u[k] = exp(term_k - m)
+  s = u.sum(axis=0)
+  r = np.log(s)
+  r += m
+  r -= logL                           # r = LSE - ln L
+  h = np.clip(r, -delta, delta)       # Huber'(r)
+  f = float((h * (r - 0.5 * h)).sum())  # equals sum_i Huber_delta(r_i)
+  u *= h / s                          # u[k] = Huber'(r) * softmax weight k
+  g = u.sum(axis=1)
+  # Elementwise products and sums, not np.dot: BLAS on such short vectors gains
+  # nothing and can stall on thread wake-ups on a busy machine.
+  grad = np.array([g[0], g[1], g[2], -(u[0] * logN).sum(), -(u[1] * logD).sum()])
+  return f, grad
+
+
+def _run_starts(starts: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL: np.ndarray,
+                delta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """L-BFGS (scipy L-BFGS-B, default tolerances) from each start; returns x, f, nit, success."""
+  xs = np.empty_like(starts)
+  fs = np.empty(len(starts))
+  nit = np.empty(len(starts), dtype=np.int64)
+  ok = np.empty(len(starts), dtype=bool)
+  with single_threaded_blas():
+    for i, x0 in enumerate(starts):
+      res = scipy.optimize.minimize(huber_objective, x0, args=(logN, logD, logL, delta),
+                                    jac=True, method="L-BFGS-B")
+      xs[i], fs[i], nit[i], ok[i] = res.x, res.fun, res.nit, res.success
+  return xs, fs, nit, ok
+
+
+def run_lbfgs_starts(starts: np.ndarray, logN, logD, logL, delta: float = HUBER_DELTA,
+                     n_jobs: int = 1):
+  """Runs L-BFGS from every row of ``starts``, optionally over ``n_jobs`` processes.
+
+  Returns:
+    (x, f, nit, success): final thetas (S, 5), objectives (S,), iterations
+    (S,), scipy success flags (S,).
+  """
+  n_jobs = max(1, min(int(n_jobs), len(starts)))
+  if n_jobs == 1:
+    return _run_starts(starts, logN, logD, logL, delta)
+  chunks = np.array_split(starts, n_jobs)
+  # fork is quick; once JAX (multithreaded) is loaded, a forked child can
+  # deadlock, so spawn fresh interpreters instead.
+  ctx = multiprocessing.get_context("spawn" if "jax" in sys.modules else "fork")
+  with concurrent.futures.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
+    parts = list(pool.map(_run_starts, chunks, *([logN] * n_jobs, [logD] * n_jobs,
+                                                 [logL] * n_jobs, [delta] * n_jobs)))
+  return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
+
+
+@dataclasses.dataclass
+class Approach3Result:
+  """Approach 3 (Chinchilla Sec. 3.3): the parametric law L(N, D) = E + A/N^alpha + B/D^beta.
+
+  Attributes:
+    E, A, B, alpha, beta: fitted parameters (E nats/token).
+    theta: (logA, logB, logE, alpha, beta) at the optimum, shape (5,).
+    objective: summed Huber loss at the optimum.
+    delta: Huber threshold used.
+    n_starts: L-BFGS starts run.
+    n_starts_at_best: starts ending within a relative 1e-6 of the best objective.
+    n_interior_starts_at_best: how many of those have no coordinate at an
+      extreme of the grid (0 suggests a wider grid could find a better optimum).
+    best_start: the start (logA, logB, logE, alpha, beta) that reached the best
+      (the first in grid order among equal objectives).
+    best_start_on_grid_edge: whether that start has a coordinate at an extreme
+      of the start grid.
+    optimum_inside_grid: whether the optimum lies inside the grid's box.
+    converged: scipy's success flag for the best start.
+    n_iter: L-BFGS iterations of the best start.
+    residuals: ln L_pred - ln L per run, shape (R,).
+    wall_time_s: seconds spent in the multi-start fit.
+    fit_range_flops: (C_min, C_max) of the fitted runs.
+  """
+
+  E: float
+  A: float
+  B: float
+  alpha: float
+  beta: float
+  theta: np.ndarray
+  objective: float
+  delta: float
+  n_starts: int
+  n_starts_at_best: int
+  n_interior_starts_at_best: int
+  best_start: np.ndarray
+  best_start_on_grid_edge: bool
+  optimum_inside_grid: bool
+  converged: bool
+  n_iter: int
+  residuals: np.ndarray
+  wall_time_s: float
+  fit_range_flops: tuple[float, float]
+
+  @property
+  def law(self) -> laws.ParametricLaw:
+    return laws.ParametricLaw(name="fit-approach3", E=self.E, A=self.A, B=self.B,
+                              alpha=self.alpha, beta=self.beta,
+                              source="Approach 3 fit (summed Huber, L-BFGS)",
+                              fit_range_flops=self.fit_range_flops)
+
+  @property
+  def a(self) -> float:
+    return self.law.a
+
+  @property
+  def b(self) -> float:
+    return self.law.b
+
+  @property
+  def G(self) -> float:
+    return self.law.G
+
+  def params(self) -> dict[str, float]:
+    return {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta,
+            "a": self.a, "b": self.b, "G": self.G}
+
+
+def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float = HUBER_DELTA,
+                  n_jobs: int = 1, polish: bool = True) -> Approach3Result:
+  """Approach 3 exactly as Chinchilla App. D.2 describes it.
+
+  Minimises the SUM over runs of Huber_delta(LSE(logA - alpha ln N,
+  logB - beta ln D, logE) - ln L) with scipy's L-BFGS-B (analytic gradient,
+  :func:`huber_objective`, scipy's default tolerances) from every start and
+  keeps the lowest objective. With ``polish``, one more L-BFGS-B run from that
+  optimum with tight tolerances (ftol 1e-15, gtol 1e-12) removes the last
+  early-stopping error; it is kept only if it lowers the objective.
+
+  Args:
+    runs: finished runs (N, D, final loss).
+    starts: L-BFGS starts, shape (S, 5) in :data:`THETA_NAMES` order; default
+      the 4500-point grid of :func:`chinchilla_grid`.
+    delta: Huber threshold (Chinchilla: 1e-3).
+    n_jobs: processes for the starts (1 = in this process).
+    polish: refine the best optimum with tight tolerances.
+
+  Returns:
+    An :class:`Approach3Result`.
+
+  Raises:
+    ApproachUnsupported: fewer than 5 runs.
+    FitError: the best optimum has alpha or beta <= 0.
+  """
+  reason = approach3_support(runs)
+  if reason:
+    raise ApproachUnsupported(reason)
+  logN, logD, logL = np.log(runs.N), np.log(runs.D), np.log(runs.loss)
+  if starts is None:
+    starts = chinchilla_grid()
+  starts = np.atleast_2d(np.asarray(starts, dtype=np.float64))
+  t0 = time.perf_counter()
+  xs, fs, nit, ok = run_lbfgs_starts(starts, logN, logD, logL, delta, n_jobs)
+  fs = np.where(np.isfinite(fs), fs, np.inf)
+  best = int(np.argmin(fs))
+  theta = xs[best]
+  objective = float(fs[best])
+  if polish and np.isfinite(objective):
+    with single_threaded_blas():
+      res = scipy.optimize.minimize(huber_objective, theta, args=(logN, logD, logL, delta),
+                                    jac=True, method="L-BFGS-B",
+                                    options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000})
+    if np.isfinite(res.fun) and res.fun <= objective:
+      theta, objective = res.x, float(res.fun)
+  wall = time.perf_counter() - t0
+  logA, logB, logE, alpha, beta = (float(v) for v in theta)
+  if not (alpha > 0 and beta > 0):
+    raise FitError(f"Approach 3: the best optimum has alpha = {alpha:.4g}, beta = {beta:.4g}; "
+                   f"both must be > 0 (the data do not determine the law)")
+  lo, hi = _grid_edges()
+  best_start = starts[best]
+  edge = np.any(np.isclose(starts, lo) | np.isclose(starts, hi), axis=1)
+  at_best = fs <= fs[best] * (1 + 1e-6) + 1e-15
+  inside = bool(np.all((theta >= lo) & (theta <= hi)))
+  E, A, B = math.exp(logE), math.exp(logA), math.exp(logB)
+  law = laws.ParametricLaw(name="fit-approach3", E=E, A=A, B=B, alpha=alpha, beta=beta)
+  pred = np.log(law.loss(runs.N, runs.D))
+  C = runs.C
+  return Approach3Result(
+      E=E, A=A, B=B, alpha=alpha, beta=beta, theta=np.array(theta, dtype=np.float64),
+      objective=objective,
+      delta=delta, n_starts=len(starts),
+      n_starts_at_best=int(at_best.sum()), n_interior_starts_at_best=int((at_best & ~edge).sum()),
+      best_start=best_start.copy(), best_start_on_grid_edge=bool(edge[best]),
+      optimum_inside_grid=inside,
+      converged=bool(ok[best]), n_iter=int(nit[best]), residuals=pred - logL, wall_time_s=wall,
+      fit_range_flops=(float(C.min()), float(C.max())))

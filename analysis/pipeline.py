@@ -1,0 +1,101 @@
+"""Fitting a results file end to end: load, fit, write the report and the figures.
+
+:func:`fit_results` is the function behind ``chinchax fit`` (:mod:`analysis.cli`),
+for callers that hold a path rather than an argv (the ladder's closing fit).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Sequence
+
+from chinchax import laws
+from analysis import plots
+from analysis import report as reportlib
+from analysis.approaches import APPROACHES
+from analysis.errors import FitError, FitOptionError
+from analysis.fit import FitReport, fit_all
+from analysis.io import load_results
+
+DEFAULT_JOBS = min(2, os.cpu_count() or 1)  # processes for Approach 3's starts
+
+
+def default_out_dir(results_path: str | os.PathLike) -> str:
+  """The output folder when none is given: ``fit`` beside the results file."""
+  return os.path.join(os.path.dirname(os.path.abspath(results_path)), "fit")
+
+
+def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+                approach: str = "all", n_bootstrap: int = 200, seed: int = 0,
+                n_jobs: int = DEFAULT_JOBS, drop_highest_loss: int = 0, min_budgets: int = 3,
+                compare: Sequence[str] | None = None, figures: bool = True,
+                log: Callable[[str], None] | None = None) -> FitReport:
+  """Fits a results table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
+
+  Args:
+    results_path: the ladder's JSONL results table, or a CSV with columns N,
+      loss and D or C (:func:`analysis.io.load_results`).
+    out_dir: output folder (created); None or "": ``fit`` beside ``results_path``.
+    approach: "1", "2", "3" or "all". "all" skips, with a stated reason, the
+      approaches the table cannot support; an explicit one that cannot run is
+      an error.
+    n_bootstrap: bootstrap resamples per approach (0 = no intervals).
+    seed: bootstrap seed.
+    n_jobs: processes for Approach 3's 4500 L-BFGS starts.
+    drop_highest_loss: runs with the highest loss to drop before fitting
+      (Besiroglu et al. 2024, arXiv 2404.10102, drop 5 from Chinchilla's data).
+    min_budgets: fewest IsoFLOP budgets the table must have.
+    compare: published law names or fit JSON paths to draw and tabulate beside
+      the fit; None: every law of :data:`chinchax.laws.PUBLISHED_LAWS`.
+    figures: whether to write the figures (PNG and SVG).
+    log: progress printer (one line per call); None prints nothing.
+
+  Returns:
+    The :class:`~analysis.fit.FitReport`.
+
+  Raises:
+    FitOptionError: an unknown law in ``compare``, or an unknown ``approach``.
+    ResultsError: the table cannot be read or used.
+    ApproachUnsupported: an explicitly requested approach cannot run on the table.
+    FitError: no approach could be fitted, or the requested one failed.
+  """
+  say = log or (lambda msg: None)
+  results_path = os.fspath(results_path)
+  if approach != "all" and approach not in APPROACHES:
+    raise FitOptionError(f"unknown approach {approach!r}; valid: all, {', '.join(APPROACHES)}")
+  try:
+    compare_laws = [laws.get_law(name) for name in (compare or list(laws.PUBLISHED_LAWS))]
+  except ValueError as e:
+    raise FitOptionError(str(e)) from None
+  t0 = time.perf_counter()
+  runs = load_results(results_path, min_budgets=min_budgets)
+  runs = runs.drop_highest_loss(drop_highest_loss)
+  say(f"loaded {len(runs)} runs ({runs.n_failed} failed, ignored) in "
+      f"{len(runs.budgets())} IsoFLOP budgets from {results_path}")
+  approaches = APPROACHES if approach == "all" else (approach,)
+  try:
+    report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
+                     strict=approach != "all", n_jobs=n_jobs, log=say)
+  except FitError as e:
+    raise type(e)(f"approach {approach}: {e}") from None
+  if not report.results:
+    raise FitError("no approach could be fitted: " + "; ".join(
+        f"approach {k}: {v}" for k, v in report.skipped.items()))
+  out = os.fspath(out_dir) if out_dir else default_out_dir(results_path)
+  figure_paths = plots.make_figures(report, out, compare_laws) if figures else []
+  json_path, md_path = reportlib.write_report(report, out, compare_laws, figure_paths)
+  for k, res in sorted(report.results.items()):
+    p = res.params()
+    boot = report.bootstraps.get(k)
+    ci = f" [{boot.ci['a'][0]:.3f}, {boot.ci['a'][1]:.3f}]" if boot else ""
+    extra = ""
+    if k == "3":
+      extra = (f"  E={p['E']:.4g} A={p['A']:.4g} B={p['B']:.4g} alpha={p['alpha']:.4g} "
+               f"beta={p['beta']:.4g}")
+    say(f"approach {k}: a = {p['a']:.4f}{ci}{extra}")
+  for k, reason in report.skipped.items():
+    say(f"approach {k}: skipped: {reason}")
+  say(f"wrote {json_path}, {md_path} and {len(figure_paths)} figure files in "
+      f"{time.perf_counter() - t0:.1f} s")
+  return report
