@@ -9,7 +9,7 @@ parabolas), :mod:`analysis.approach3` (parametric law) and
 :mod:`analysis.approaches` (by key); :mod:`analysis.bootstrap`;
 :mod:`analysis.fit` (all approaches with intervals); :mod:`analysis.report`,
 :mod:`analysis.plots`; :mod:`analysis.pipeline` (a results file to a report
-folder) and :mod:`analysis.cli` (``chinchax fit``). :mod:`analysis.synthetic`
+folder: ``chinchax fit``, whose front end is ``chinchax.cli.fit``). :mod:`analysis.synthetic`
 generates runs from a known law. Laws and published numbers live in
 :mod:`chinchax.laws`.
 """

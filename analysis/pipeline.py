@@ -1,6 +1,6 @@
 """Fitting a results file end to end: load, fit, write the report and the figures.
 
-:func:`fit_results` is the function behind ``chinchax fit`` (:mod:`analysis.cli`),
+:func:`fit_results` is the function behind ``chinchax fit`` (``chinchax.cli.fit``),
 for callers that hold a path rather than an argv (the ladder's closing fit).
 """
 

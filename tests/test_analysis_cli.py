@@ -1,4 +1,4 @@
-"""End-to-end tests of `chinchax fit` (analysis.cli, analysis.pipeline) on synthetic ladders."""
+"""End-to-end tests of `chinchax fit` (chinchax.cli.fit, analysis.pipeline) on synthetic ladders."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from chinchax import errors, laws
-from analysis import approach3, cli, pipeline
+from analysis import approach3, pipeline
+from chinchax import cli as chinchax_cli
 from analysis.errors import ApproachUnsupported, FitOptionError, ResultsError
 from analysis.io import write_results_jsonl
 from analysis.synthetic import synthetic_runs
@@ -49,7 +50,7 @@ def final_csv(tmp_path):
 
 def test_all_approaches_end_to_end(ladder, tmp_path, small_grid, capsys):
   out = tmp_path / "out"
-  rc = cli.main([str(ladder), "--approach", "all", "--out", str(out), "--bootstrap", "12",
+  rc = chinchax_cli.main(["fit", str(ladder), "--approach", "all", "--out", str(out), "--bootstrap", "12",
                  "--seed", "1", "--jobs", "1"])
   assert rc == 0, capsys.readouterr().err
   for stem in FIGURES:
@@ -80,7 +81,7 @@ def test_all_approaches_end_to_end(ladder, tmp_path, small_grid, capsys):
 
 def test_csv_all_skips_approach1_with_reason(final_csv, tmp_path, small_grid):
   out = tmp_path / "out"
-  rc = cli.main([str(final_csv), "--out", str(out), "--bootstrap", "0", "--jobs", "1", "--quiet"])
+  rc = chinchax_cli.main(["fit", str(final_csv), "--out", str(out), "--bootstrap", "0", "--jobs", "1", "--quiet"])
   assert rc == 0
   data = json.loads((out / "fit.json").read_text())
   assert data["approach1"]["status"] == "skipped"
@@ -108,7 +109,7 @@ def test_fit_results_returns_the_report_and_raises_user_errors(final_csv, tmp_pa
 
 
 def test_explicit_unsupported_approach_is_an_error(final_csv, tmp_path, capsys):
-  rc = cli.main([str(final_csv), "--approach", "1", "--out", str(tmp_path / "o"), "--quiet"])
+  rc = chinchax_cli.main(["fit", str(final_csv), "--approach", "1", "--out", str(tmp_path / "o"), "--quiet"])
   assert rc == 2
   err = capsys.readouterr().err
   assert "approach 1" in err and "eval-loss curve" in err
@@ -118,23 +119,23 @@ def test_explicit_unsupported_approach_is_an_error(final_csv, tmp_path, capsys):
 def test_bad_input_errors(tmp_path, capsys):
   p = tmp_path / "two.csv"
   p.write_text("N,C,loss\n1e8,1e18,3.0\n2e8,1e18,2.9\n1e8,1e19,2.7\n")
-  assert cli.main([str(p), "--out", str(tmp_path / "o")]) == 2
+  assert chinchax_cli.main(["fit", str(p), "--out", str(tmp_path / "o")]) == 2
   assert "only 2 IsoFLOP budget(s)" in capsys.readouterr().err
-  assert cli.main([str(tmp_path / "missing.jsonl")]) == 2
+  assert chinchax_cli.main(["fit", str(tmp_path / "missing.jsonl")]) == 2
   assert "does not exist" in capsys.readouterr().err
-  assert cli.main([str(p), "--compare", "gpt5"]) == 2
+  assert chinchax_cli.main(["fit", str(p), "--compare", "gpt5"]) == 2
   err = capsys.readouterr().err
   assert "unknown law 'gpt5'" in err and "chinchilla-approach3" in err
   for flag, value in (("--jobs", "0"), ("--drop-highest-loss", "-1"), ("--bootstrap", "-2"),
                       ("--min-budgets", "0")):
-    assert cli.main([str(p), flag, value, "--out", str(tmp_path / "bad")]) == 2
+    assert chinchax_cli.main(["fit", str(p), flag, value, "--out", str(tmp_path / "bad")]) == 2
     assert f"{flag} must be >= " in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 
 def test_python_dash_m_entry_point(ladder, tmp_path):
   out = tmp_path / "m"
-  proc = subprocess.run([sys.executable, "-m", "analysis.cli", "fit", str(ladder), "--approach",
+  proc = subprocess.run([sys.executable, "-m", "chinchax.cli", "fit", str(ladder), "--approach",
                          "2", "--out", str(out), "--bootstrap", "5", "--no-figures"],
                         cwd=REPO, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr

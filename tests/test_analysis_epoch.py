@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from analysis import cli
+from chinchax import cli as chinchax_cli
 from chinchax import laws
 
 EPOCH_CSV = "/work/shared/reference/epoch_chinchilla_svg_extracted_data.csv"
@@ -33,7 +33,7 @@ def fitted(tmp_path_factory):
     for r in rows[5:]:
       f.write(f"{r['Model Size']},{r['Training FLOP']},{r['loss']}\n")
   out = tmp / "out"
-  rc = cli.main([str(path), "--approach", "3", "--out", str(out), "--bootstrap", "50",
+  rc = chinchax_cli.main(["fit", str(path), "--approach", "3", "--out", str(out), "--bootstrap", "50",
                  "--seed", "0", "--quiet"])
   assert rc == 0
   with open(out / "fit.json") as f:

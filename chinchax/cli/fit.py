@@ -1,10 +1,83 @@
-"""``chinchax fit``: Approaches 1–3 with bootstrap intervals on a results table."""
+"""``chinchax fit``: fit scaling laws to a results table (front end of ``analysis.pipeline``).
+
+    chinchax fit RESULTS [--approach 1|2|3|all] [--out DIR] [--bootstrap N] [--seed S]
+
+RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
+or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
+``fit.json`` (every number; the Approach-3 law as E, A, B, alpha, beta),
+``fit.md`` and the figures (PNG and SVG) into DIR.
+
+Bad input, or an approach that the table cannot support when it was asked
+for explicitly, raises a ``UserError`` (``chinchax.cli.main``: one ``error:``
+line, exit 2).
+"""
 
 from __future__ import annotations
 
-from analysis import cli as analysis_cli
+import argparse
+import sys
+
+from analysis.errors import FitOptionError
+from analysis.pipeline import DEFAULT_JOBS, fit_results
+from chinchax import console
+from chinchax import laws
 
 
-def main(argv: list[str]) -> int:
-  """See ``chinchax fit --help``."""
-  return analysis_cli.main(argv)
+def build_parser() -> argparse.ArgumentParser:
+  """The ``fit`` argument parser (argv starts with RESULTS)."""
+  p = argparse.ArgumentParser(
+      prog="chinchax fit",
+      description="Fit Chinchilla's Approaches 1-3 (Hoffmann et al. 2022) to a results table, "
+                  "with bootstrap intervals, figures and a report.")
+  p.add_argument("results", metavar="RESULTS",
+                 help="results table: ladder JSONL, or CSV with N, loss and D or C")
+  p.add_argument("--approach", default="all", choices=("1", "2", "3", "all"),
+                 help="approach to fit; 'all' skips (with a stated reason) those the table "
+                      "cannot support, an explicit one that cannot run is an error")
+  p.add_argument("--out", default=None, metavar="DIR",
+                 help="output directory (default: 'fit' beside RESULTS)")
+  p.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                 help="bootstrap resamples per approach (0 = no intervals)")
+  p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+  p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                 help="processes for Approach 3's 4500 L-BFGS starts")
+  p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K",
+                 help="drop the K runs with the highest loss before fitting (Besiroglu et al. "
+                      "2024 drop 5 from the Chinchilla data)")
+  p.add_argument("--min-budgets", type=int, default=3,
+                 help="fewest IsoFLOP budgets a table must have")
+  p.add_argument("--compare", action="append", default=None, metavar="LAW",
+                 help="published law name or fit JSON to draw beside the fit (repeatable; "
+                      f"default: {', '.join(laws.PUBLISHED_LAWS)})")
+  p.add_argument("--no-figures", action="store_true", help="skip the figures")
+  p.add_argument("--quiet", action="store_true", help="print only errors")
+  return p
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+  """Raises FitOptionError for a count flag below its least value (names the flag)."""
+  for flag, value, low in (("--bootstrap", args.bootstrap, 0), ("--jobs", args.jobs, 1),
+                           ("--drop-highest-loss", args.drop_highest_loss, 0),
+                           ("--min-budgets", args.min_budgets, 1)):
+    if value < low:
+      raise FitOptionError(f"{flag} must be >= {low}, got {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs ``fit``; ``argv`` starts with RESULTS. Returns 0 (also for ``--help``).
+
+  Raises:
+    UserError: a bad flag, an unreadable or unusable table, or an explicitly
+      requested approach the table cannot support; nothing is written.
+  """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    args = build_parser().parse_args(argv)
+  except SystemExit as e:  # --help, or argparse's own usage error (exit 2)
+    return e.code if isinstance(e.code, int) else 0
+  _check_counts(args)
+  fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,
+              seed=args.seed, n_jobs=args.jobs, drop_highest_loss=args.drop_highest_loss,
+              min_budgets=args.min_budgets, compare=args.compare, figures=not args.no_figures,
+              log=None if args.quiet else console.say)
+  return 0

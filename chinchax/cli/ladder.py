@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from analysis import cli as analysis_cli
+from analysis import pipeline as fit_pipeline
 from chinchax import config as config_lib
 from chinchax import console
+from chinchax import errors
 from chinchax import ladder as ladder_lib
 from chinchax import runtime
 from chinchax.cli import flags as flags_lib
@@ -25,8 +26,9 @@ def main(argv: list[str]) -> int:
   runtime.setup_compilation_cache(config.train_config.compile_cache_dir)
   table = ladder_lib.run_ladder(config)
   if config.ladder.fit and console.primary():
-    rc = analysis_cli.main([str(table), "--out", str(table.parent / "fit"),
-                            "--bootstrap", str(config.ladder.bootstrap)])
-    if rc != 0:
-      console.say(f"fit     could not fit the table (exit {rc}); see the message above")
+    try:
+      fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=config.ladder.bootstrap,
+                               log=console.say)
+    except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
+      console.warn(f"could not fit the table {table}: {e}")
   return 0
