@@ -37,17 +37,21 @@ import math
 
 @dataclasses.dataclass(frozen=True)
 class ModelShape:
-  """The shape of a decoder-only transformer as chinchax builds it.
+  """The shape of a decoder-only transformer as chinchax builds it: the one shape type.
+
+  ``chinchax.model.ModelConfig`` is a ModelShape plus the model's numerics;
+  the planner, the ladder, the benchmark and the FLOP counts all pass
+  ModelShapes, and :meth:`from_config` / :meth:`arch` convert to and from the
+  ``model`` section of a config (or a results row).
 
   Attributes:
     d_model: residual width.
     n_layers: number of transformer blocks.
-    n_heads: attention heads; head_dim = d_model // n_heads unless given.
+    n_heads: attention heads, each of head_dim = d_model // n_heads.
     d_ff: hidden width of the SwiGLU MLP (each of the gate, up and down matrices).
     vocab_size: rows of the token embedding (and columns of the output head).
     seq_len: tokens per training sequence (only FLOP counts use it).
     tie_embeddings: output head shares the embedding matrix.
-    head_dim: per-head width; None means d_model // n_heads.
   """
 
   d_model: int
@@ -57,11 +61,34 @@ class ModelShape:
   vocab_size: int
   seq_len: int = 1024
   tie_embeddings: bool = True
-  head_dim: int | None = None
 
   @property
-  def kv_size(self) -> int:
-    return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+  def head_dim(self) -> int:
+    """Per-head width K = d_model // n_heads."""
+    return self.d_model // self.n_heads
+
+  def arch(self) -> dict:
+    """The architecture as a plain dict: the keys of :data:`ARCH_KEYS` (JSON, config updates)."""
+    return {k: getattr(self, k) for k in ARCH_KEYS}
+
+  @classmethod
+  def from_config(cls, model, *, seq_len: int, vocab_size: int | None = None) -> "ModelShape":
+    """The shape of a config's ``model`` section (a ConfigDict or a dict with :data:`ARCH_KEYS`).
+
+    Args:
+      model: ``config.model``, a results row's ``shape``, or a bench model.
+      seq_len: tokens per sequence.
+      vocab_size: overrides ``model["vocab_size"]`` (e.g. the tokenizer's when the config says 0).
+    """
+    get = model.get if hasattr(model, "get") else lambda k, d=None: getattr(model, k, d)
+    return cls(d_model=int(get("d_model")), n_layers=int(get("n_layers")),
+               n_heads=int(get("n_heads")), d_ff=int(get("d_ff")),
+               vocab_size=int(get("vocab_size") if vocab_size is None else vocab_size),
+               seq_len=int(seq_len), tie_embeddings=bool(get("tie_embeddings", True)))
+
+
+# The architecture keys shared by ModelShape, the config's model section and results rows.
+ARCH_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "tie_embeddings")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +107,7 @@ class ParamCounts:
 
 def layer_matmul_params(shape: ModelShape) -> int:
   """Weights in one block's matmuls: q, k, v, o (4·d_model·n_heads·head_dim), SwiGLU (3·d·d_ff)."""
-  d, hk = shape.d_model, shape.n_heads * shape.kv_size
+  d, hk = shape.d_model, shape.n_heads * shape.head_dim
   return 4 * d * hk + 3 * d * shape.d_ff
 
 
@@ -162,7 +189,7 @@ def executed_matmul_flops_per_token(shape: ModelShape, *, causal_skip: bool = Fa
 
 def _training_matmul_flops(shape: ModelShape, *, causal_half: bool) -> float:
   """3 × forward matmul FLOPs per token; attention over half the square when ``causal_half``."""
-  hk, L = shape.n_heads * shape.kv_size, shape.n_layers
+  hk, L = shape.n_heads * shape.head_dim, shape.n_layers
   dense = L * layer_matmul_params(shape) + shape.d_model * shape.vocab_size
   attention = L * 2 * shape.seq_len * hk * (1 if causal_half else 2)  # (QK^T + AV), 2 FLOPs/MAC
   return 3.0 * (2.0 * dense + attention)
@@ -235,7 +262,7 @@ def chinchilla_flops_per_token(shape: ModelShape, *,
   """Appendix F training FLOPs per token for a chinchax shape (SwiGLU: three MLP matrices)."""
   return chinchilla_flops_per_sequence(
       d_model=shape.d_model, n_layers=shape.n_layers, n_heads=shape.n_heads,
-      kv_size=shape.kv_size, d_ff=shape.d_ff, vocab_size=shape.vocab_size,
+      kv_size=shape.head_dim, d_ff=shape.d_ff, vocab_size=shape.vocab_size,
       seq_len=shape.seq_len, include_embeddings_and_logits=include_embeddings_and_logits,
       ffw_matrices=3) / shape.seq_len
 

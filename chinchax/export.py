@@ -43,6 +43,7 @@ stacked [n_layers, ...]; layer i is row i of each.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ import shutil
 
 import numpy as np
 
+from chinchax import budget
 from chinchax import errors
 from chinchax import model as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -144,10 +146,9 @@ def model_config(run: dict):
   """The float32 ``chinchax.model.ModelConfig`` of a run's config.json."""
 
   m, sig = run["config"]["model"], run["model_signature"]
+  shape = budget.ModelShape.from_config(sig, seq_len=run["config"]["train"]["seq_len"])
   return model_lib.ModelConfig(
-      vocab_size=sig["vocab_size"], d_model=sig["d_model"], n_layers=sig["n_layers"],
-      n_heads=sig["n_heads"], d_ff=sig["d_ff"], tie_embeddings=sig["tie_embeddings"],
-      rope_theta=m["rope_theta"], norm_eps=m["norm_eps"], init_std=m["init_std"],
+      **dataclasses.asdict(shape), rope_theta=m["rope_theta"], norm_eps=m["norm_eps"], init_std=m["init_std"],
       compute_dtype="float32", attention="xla", remat="none",
       scan_layers=bool(sig.get("scan_layers", False)))
 

@@ -36,15 +36,20 @@ from chinchax import budget
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """Static model hyper-parameters (see ``chinchax.config`` for their meaning)."""
+class ModelConfig(budget.ModelShape):
+  """A model: its shape (``budget.ModelShape``, the architecture) plus its numerics.
 
-  vocab_size: int
-  d_model: int
-  n_layers: int
-  n_heads: int
-  d_ff: int
-  tie_embeddings: bool = True
+  Attributes (beyond the shape's; see ``chinchax.config`` for their meaning):
+    rope_theta: RoPE base (Su et al. 2021).
+    norm_eps: RMSNorm epsilon.
+    init_std: standard deviation of the normal initializer (output projections
+      scaled by 1/sqrt(2·n_layers), GPT-2).
+    compute_dtype: "float32" or "bfloat16" (parameters stay float32).
+    attention: the resolved kernel ("xla", "cudnn", "splash").
+    remat: "none", "full" or "dots".
+    scan_layers: blocks stacked on a "layers" axis and run by ``nnx.scan``.
+  """
+
   rope_theta: float = 10_000.0
   norm_eps: float = 1e-6
   init_std: float = 0.02
@@ -53,14 +58,9 @@ class ModelConfig:
   remat: str = "none"
   scan_layers: bool = False
 
-  @property
-  def head_dim(self) -> int:
-    return self.d_model // self.n_heads
-
   def shape(self, seq_len: int) -> budget.ModelShape:
-    return budget.ModelShape(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                             d_ff=self.d_ff, vocab_size=self.vocab_size, seq_len=seq_len,
-                             tie_embeddings=self.tie_embeddings)
+    """This model's shape for sequences of ``seq_len`` tokens (for FLOP and parameter counts)."""
+    return budget.ModelShape(**self.arch(), seq_len=seq_len)
 
 
 def _param(rngs: nnx.Rngs, shape, std: float, names: tuple[str, ...]) -> nnx.Param:

@@ -121,7 +121,7 @@ def sharded_memory_per_device(shape: budget.ModelShape, global_batch_size: int, 
 
 def _saved_per_layer(shape: budget.ModelShape, profile: ExecutionProfile) -> int:
   """Activation elements per token and layer saved for the backward (see :func:`bytes_per_step`)."""
-  per_layer = 4 * shape.d_model + 4 * shape.n_heads * shape.kv_size + 3 * shape.d_ff
+  per_layer = 4 * shape.d_model + 4 * shape.n_heads * shape.head_dim + 3 * shape.d_ff
   if profile.materialized_attention:
     per_layer += shape.n_heads * shape.seq_len
   return per_layer

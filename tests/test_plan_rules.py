@@ -79,8 +79,8 @@ def test_propose_shapes_follow_the_rule(n_target, vocab, seq_len, accelerator):
     s = c.shape
     keys.add((s.d_model, s.n_layers))
     assert s.d_model % q == 0 and s.d_ff % q == 0
-    assert s.d_model % s.n_heads == 0 and s.kv_size % 2 == 0
-    assert s.kv_size in ((64, 128) if accelerator else (16, 32, 64))
+    assert s.d_model % s.n_heads == 0 and s.head_dim % 2 == 0
+    assert s.head_dim in ((64, 128) if accelerator else (16, 32, 64))
     assert abs(s.d_ff - 8 * s.d_model / 3) <= q / 2
     assert s.n_layers >= 2
     assert c.N == budget.param_counts(s).total  # exact N
@@ -96,7 +96,7 @@ def test_propose_shapes_follow_the_rule(n_target, vocab, seq_len, accelerator):
 def test_propose_shapes_400m_matches_chinchilla_family():
   # Chinchilla Table A9 trains 425M as d_model 1280, 18 layers; the rule lands there too.
   best = shapes_lib.propose_shapes(4e8, vocab_size=32000, seq_len=2048, accelerator=True)[0]
-  assert (best.shape.d_model, best.shape.n_layers, best.shape.kv_size) == (1280, 18, 128)
+  assert (best.shape.d_model, best.shape.n_layers, best.shape.head_dim) == (1280, 18, 128)
 
 
 def test_propose_shapes_aspect_preference():

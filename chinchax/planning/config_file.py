@@ -38,8 +38,7 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
     cpu_devices = next(n for n in (8, 4, 2, 1) if b.global_batch_size % n == 0)
     cpu_note = "as many virtual devices as divide the batch"
   sections = {
-      "model": dict(vocab_size=s.vocab_size, d_model=s.d_model, n_layers=s.n_layers,
-                    n_heads=s.n_heads, d_ff=s.d_ff, tie_embeddings=s.tie_embeddings),
+      "model": s.arch(),
       "train": dict(global_batch_size=b.global_batch_size, seq_len=b.seq_len, peak_lr=b.peak_lr,
                     warmup_steps=b.warmup_steps, eval_every=every, checkpoint_every=every,
                     log_every=max(1, min(50, b.steps // 20))),

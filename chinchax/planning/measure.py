@@ -47,8 +47,7 @@ def step_config(shape: budget.ModelShape, global_batch_size: int, *, steps: int)
   the budget in steps (calibration and the CPU plan benchmark time it).
   """
   c = config_lib.base_config()
-  c.model.update(vocab_size=shape.vocab_size, d_model=shape.d_model, n_layers=shape.n_layers,
-                 n_heads=shape.n_heads, d_ff=shape.d_ff, tie_embeddings=shape.tie_embeddings)
+  c.model.update(**shape.arch())
   c.train.update(global_batch_size=int(global_batch_size), seq_len=shape.seq_len)
   c.budget.update(mode="steps", steps=steps)
   return c

@@ -29,7 +29,7 @@ def format_plan(plan: Plan) -> str:
   lines.append(f"  optimum        C {a.C:.4g} FLOPs → N* {a.N:.4g} params, D* {a.D:.4g} tokens "
                f"({a.tokens_per_param:.1f} tokens/param){loss}")
   lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads} "
-               f"(head_dim {s.kv_size}), d_ff {s.d_ff}, vocab_size {s.vocab_size}, "
+               f"(head_dim {s.head_dim}), d_ff {s.d_ff}, vocab_size {s.vocab_size}, "
                f"seq_len {b.seq_len}")
   lines.append(f"                 N {_fmt_int(plan.N)} params (non-embedding "
                f"{_fmt_int(plan.chosen.non_embedding)}), aspect d_model/n_layers "

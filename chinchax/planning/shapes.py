@@ -137,7 +137,7 @@ class ShapeCandidate:
   def to_dict(self) -> dict:
     s = self.shape
     return {"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads, "d_ff": s.d_ff,
-            "head_dim": s.kv_size, "vocab_size": s.vocab_size, "seq_len": s.seq_len,
+            "head_dim": s.head_dim, "vocab_size": s.vocab_size, "seq_len": s.seq_len,
             "tie_embeddings": s.tie_embeddings, "N": self.N, "non_embedding": self.non_embedding,
             "aspect_ratio": round(self.aspect_ratio, 2), "rel_error": self.rel_error}
 

@@ -78,14 +78,14 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   dtype = m.compute_dtype
   if dtype == "auto":
     dtype = "float32" if backend == "cpu" else "bfloat16"
+  t, b = config.train, config.budget
+  shape = budget.ModelShape.from_config(m, seq_len=t.seq_len, vocab_size=vocab)
   mcfg = model_lib.ModelConfig(
-      vocab_size=vocab, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, d_ff=m.d_ff,
-      tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, norm_eps=m.norm_eps,
+      **dataclasses.asdict(shape), rope_theta=m.rope_theta, norm_eps=m.norm_eps,
       init_std=m.init_std, compute_dtype=dtype,
       attention=attention_lib.resolve_impl(m.attention, backend, dtype), remat=m.remat,
       scan_layers=bool(m.scan_layers))
-  t, b = config.train, config.budget
-  counts = budget.param_counts(mcfg.shape(t.seq_len))
+  counts = budget.param_counts(shape)
   n = counts.total if b.n_kind == "total" else counts.non_embedding
   per_step = t.global_batch_size * t.seq_len
   if b.mode == "tokens_per_param":
