@@ -234,8 +234,8 @@ CHINCHILLA_TABLE3 = (
     (10e12, 1.30e28, 216.2e12),
 )
 
-# The range of Training FLOP in Epoch AI's extraction of Chinchilla Fig. 4
-# (shared/reference/epoch_chinchilla_svg_extracted_data.csv): the Approach-3 data.
+# The range of Training FLOP in Epoch AI's extraction of Chinchilla Fig. 4 (Besiroglu et al.
+# 2024, arXiv 2404.10102, data release): the Approach-3 data.
 _CHINCHILLA_FIG4_FLOPS = (1.4e18, 1.3e22)
 # Chinchilla Fig. 3 IsoFLOP budgets (Approach 2): 6e18 ... 3e21 FLOPs.
 _CHINCHILLA_ISOFLOP_BUDGETS = (6e18, 3e21)
@@ -282,8 +282,7 @@ PUBLISHED_LAWS: dict[str, Law] = {
         fit_range_flops=_CHINCHILLA_FIG4_FLOPS),
 }
 
-# Epoch's 95% bootstrap intervals for its refit (Besiroglu et al. 2024, as listed
-# in shared/reference/README.md).
+# Epoch's 95% bootstrap intervals for its refit (Besiroglu et al. 2024, arXiv 2404.10102).
 EPOCH_CI95 = {
     "E": (1.769, 1.871),
     "A": (285.0, 744.0),

@@ -52,7 +52,7 @@ STEP_TIME_FORMAT = "chinchax.step_time/1"
 
 # Compute efficiency of the roofline: model FLOPs utilisation reached by a
 # tuned JAX LLM trainer — MaxText Llama2-7B on one 8×H100 node runs at 492 of
-# 989 TFLOP/s per chip, ≈ 50% (shared/reference/README.md).
+# 989 TFLOP/s per chip, ≈ 50% (MaxText's published performance figures).
 DEFAULT_MFU = 0.5
 # Fraction of peak HBM bandwidth that streaming kernels reach. An assumption
 # (typical of bandwidth-bound kernels), not a measurement: replace it with a
