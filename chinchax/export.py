@@ -1,4 +1,4 @@
-"""``chinchax export``: a trained run as an HF Llama (``LlamaForCausalLM``) safetensors checkpoint.
+"""A trained run as an HF Llama (``LlamaForCausalLM``) safetensors checkpoint (``chinchax export``).
 
   chinchax export WORKDIR --format safetensors [--out DIR] [--step N]
                   [--dtype float32|bfloat16] [--tokenizer tokenizer.json] [--overwrite] [--verify]
@@ -42,7 +42,6 @@ stacked [n_layers, ...]; layer i is row i of each.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -53,6 +52,7 @@ import shutil
 import numpy as np
 
 from chinchax import budget
+from chinchax import console
 from chinchax import errors
 from chinchax import model as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -388,27 +388,6 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     tokens = (np.arange(2 * 16).reshape(2, 16) * 7919) % cfg.vocab_size
     ref = chinchax_logits(params, cfg, tokens)
     got = numpy_forward(st.load_file(str(out / "model.safetensors")), hf_config, tokens)
-    print(f"verify: max |numpy(export) - chinchax| logit difference = "
-          f"{float(np.abs(got - ref).max()):.3g} over {tokens.size} positions")
+    console.say(f"verify: max |numpy(export) - chinchax| logit difference = "
+                f"{float(np.abs(got - ref).max()):.3g} over {tokens.size} positions")
   return out
-
-
-def main(argv: list[str]) -> int:
-  """``chinchax export`` command line; returns the exit status (2 on bad input)."""
-  parser = argparse.ArgumentParser(prog="chinchax export",
-                                   description="Export a trained run as HF Llama safetensors.")
-  parser.add_argument("workdir", help="run directory (holds config.json and checkpoints/)")
-  parser.add_argument("--format", default="safetensors", help="output format: safetensors")
-  parser.add_argument("--out", default="", help="output directory (default WORKDIR/export)")
-  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
-  parser.add_argument("--dtype", default="float32", help="float32 | bfloat16")
-  parser.add_argument("--tokenizer", default="", help="tokenizer.json to include")
-  parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-  parser.add_argument("--verify", action="store_true",
-                      help="check a numpy forward of the export against chinchax's logits")
-  args = parser.parse_args(argv)
-  out = export(args.workdir, args.out or None, fmt=args.format, step=args.step,
-               dtype=args.dtype, tokenizer_path=args.tokenizer, overwrite=args.overwrite,
-               verify=args.verify)
-  print(f"exported {args.workdir} → {out} (HF LlamaForCausalLM, {args.dtype})")
-  return 0
