@@ -304,7 +304,13 @@ def _support(parabolas: list[BudgetParabola], min_budgets: int) -> str | None:
   if with_sizes < min_budgets:
     return (f"Approach 2 needs at least {min_budgets} IsoFLOP budgets with 3 or more model sizes "
             f"each; this table has {with_sizes} of {len(parabolas)} budgets with 3+ sizes")
-  left = "; ".join(f"C={p.C:.3g}: {p.reason}" for p in parabolas if p.status != "ok")
+  bad = [p for p in parabolas if p.status != "ok"]
+  few = [p for p in bad if p.status == "too-few-sizes"]
+  if len(few) > 3:
+    bad = [p for p in bad if p.status != "too-few-sizes"]
+  left = "; ".join(f"C={p.C:.3g}: {p.reason}" for p in bad)
+  if len(few) > 3:
+    left += f"{'; ' if left else ''}{len(few)} budgets with fewer than 3 sizes"
   return (f"Approach 2 needs at least {min_budgets} budgets whose loss minimum lies inside the "
           f"sampled N; only {len(usable)} qualify ({left})")
 

@@ -52,7 +52,8 @@ class BootstrapResult:
     frontier_D: (lo, hi) of D_opt(C), each shape (P,).
     wall_time_s: seconds spent.
     method: one line on how replicates were drawn and fitted.
-    failures: why replicates failed -> how many (the fit's message).
+    failures: why replicates failed -> how many (the fit's message without
+      its parenthesised details).
     budgets_left_out: Approach 2: budget C -> in how many successful
       replicates its parabola was left out (edge, flat, ...); budgets never
       left out are absent.
@@ -148,7 +149,8 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
       law = res.law
     except FitError as e:
       n_failed += 1
-      failures[str(e)] = failures.get(str(e), 0) + 1
+      why = str(e).split(" (")[0]  # the message without its per-budget details
+      failures[why] = failures.get(why, 0) + 1
       continue
     if approach == "2":
       for p in res.left_out:

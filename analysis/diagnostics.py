@@ -57,9 +57,11 @@ def _bootstrap_warnings(boot: BootstrapResult | None) -> list[str]:
                                                       key=lambda kv: -kv[1])[:3])
     out.append(f"{boot.n_failed} of {boot.n_resamples} bootstrap resamples could not be fitted "
                f"and are left out of the intervals ({why})")
-  for C, n in sorted(boot.budgets_left_out.items()):
-    out.append(f"budget C = {C:.3g} was left out of {n} of {boot.n_resamples - boot.n_failed} "
-               f"bootstrap resamples (its minimum was not bracketed or not determined there)")
+  if boot.budgets_left_out:
+    n_ok = boot.n_resamples - boot.n_failed
+    which = ", ".join(f"{C:.3g} ({n} of {n_ok})" for C, n in sorted(boot.budgets_left_out.items()))
+    out.append(f"budgets used in the fit were left out of some bootstrap resamples, where their "
+               f"minimum was not bracketed or not determined: C = {which}")
   return out
 
 

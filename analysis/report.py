@@ -268,6 +268,9 @@ def markdown(data: dict) -> str:
         lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, "
                      f"{d['distinct_N_on_envelope']} distinct N on it; "
                      f"{100 * d['edge_fraction']:.0f}% of points won by the smallest or largest N.")
+      if key == "2" and d.get("window"):
+        lines.append(f"Each parabola fitted on the sizes within {d['window']} places of the "
+                     f"lowest observed loss.")
       if key == "2":
         lines += ["", "| C (FLOPs) | sizes | N_opt | D_opt | loss_min | status |",
                   "|---|---|---|---|---|---|"]
