@@ -2,8 +2,11 @@
 
 Per IsoFLOP budget a parabola in ln N is fitted to the final losses; its
 vertex is N_opt for that budget. Budgets whose minimum is not bracketed by the
-sampled N are reported and left out; N_opt = k_N C^a and D_opt = k_D C^b are
-fitted over the rest.
+sampled N, whose parabola opens downwards or whose curvature is not
+determined are reported and left out; N_opt = k_N C^a and D_opt = k_D C^b are
+fitted over the rest. Usable budgets carry warnings for the known biases of
+the method (wide or lopsided grids, large residuals, few sizes); a window
+fits each parabola only near the lowest observed loss.
 
 Units: N parameters, D tokens, C FLOPs, loss nats/token.
 """

@@ -33,6 +33,16 @@ def small_grid(monkeypatch):
   monkeypatch.setattr(approach3, "chinchilla_grid", lambda: full[::25])
 
 
+def _write_csv(path, runs, budgets=False):
+  """``runs`` as a CSV of N, D, loss (and C_budget); returns the path."""
+  with open(path, "w") as f:
+    f.write("N,D,loss" + (",C_budget" if budgets else "") + "\n")
+    for i in range(len(runs)):
+      cells = [runs.N[i], runs.D[i], runs.loss[i]] + ([runs.budget[i]] if budgets else [])
+      f.write(",".join(repr(float(v)) for v in cells) + "\n")
+  return path
+
+
 def _bad_profiles_table(path):
   """Four good budgets plus a straight, a flat-noisy and a one-sided IsoFLOP profile."""
   good = synthetic_runs(TRUE, GOOD, n_sizes=7, noise=0.001, seed=3)
@@ -161,11 +171,7 @@ def test_warnings_for_lopsided_grids_few_sizes_and_large_residuals(tmp_path, cap
   assert any("residual RMS" in w for w in fit_approach2(noisy).warnings())
   centred = synthetic_runs(TRUE, budgets, n_sizes=7, span=4.0)
   assert fit_approach2(centred).warnings() == []
-  path = tmp_path / "few.csv"
-  with open(path, "w") as f:
-    f.write("N,C,loss\n")
-    for n, c, l in zip(few.N, few.C, few.loss):
-      f.write(f"{float(n)!r},{float(c)!r},{float(l)!r}\n")
+  path = _write_csv(tmp_path / "few.csv", few)
   assert chinchax_cli.main(["fit", str(path), "--approach", "2", "--out", str(tmp_path / "o"),
                             "--bootstrap", "5", "--no-figures"]) == 0
   err = capsys.readouterr().err
@@ -177,11 +183,7 @@ def test_warnings_for_lopsided_grids_few_sizes_and_large_residuals(tmp_path, cap
 
 def test_window_option_reaches_fit_json(tmp_path):
   runs = _drifting_grid(32.0, 13, [0.5, 0.7, 1.0, 1.4, 2.0], np.geomspace(1e18, 1e20, 5))
-  path = tmp_path / "wide.csv"
-  with open(path, "w") as f:
-    f.write("N,D,loss,C_budget\n")
-    for n, d, l, b in zip(runs.N, runs.D, runs.loss, runs.budget):
-      f.write(f"{float(n)!r},{float(d)!r},{float(l)!r},{float(b)!r}\n")
+  path = _write_csv(tmp_path / "wide.csv", runs, budgets=True)
   out = tmp_path / "o"
   assert chinchax_cli.main(["fit", str(path), "--approach", "2", "--window", "2", "--out",
                             str(out), "--bootstrap", "0", "--no-figures", "--quiet"]) == 0
@@ -218,11 +220,7 @@ def test_plan_with_approach1_and_2_fits_warns_about_extrapolation(tmp_path, caps
 
 def test_approach3_diagnostics_are_printed(tmp_path, capsys):
   runs = synthetic_runs(TRUE, GOOD, n_sizes=7, noise=0.002, seed=6)
-  path = tmp_path / "final.csv"
-  with open(path, "w") as f:
-    f.write("N,C,loss\n")
-    for n, c, l in zip(runs.N, runs.C, runs.loss):
-      f.write(f"{float(n)!r},{float(c)!r},{float(l)!r}\n")
+  path = _write_csv(tmp_path / "final.csv", runs)
   out = tmp_path / "o"
   # alpha and beta start in [1, 2]: the optimum (0.35, 0.37) lies outside the grid's box.
   rc = chinchax_cli.main(["fit", str(path), "--approach", "3", "--out", str(out), "--bootstrap",
