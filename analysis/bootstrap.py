@@ -8,6 +8,7 @@ replication attempt", arXiv 2404.10102) do.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import numpy as np
@@ -99,10 +100,11 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   whole grid: the replicate's optimum lies near the full-data one, and this
   keeps a replicate to a few milliseconds.
 
-  Each replicate is fitted with the same ``options`` as the full fit; a
-  replicate in which a budget's minimum is not bracketed leaves that budget
-  out (counted in ``budgets_left_out``), and a replicate that cannot be
-  fitted at all is counted in ``failures`` and left out of the intervals.
+  Each replicate is fitted with the same ``options`` as the full fit. For
+  Approach 2 only the budgets used by the full fit are resampled; a replicate
+  in which one of them is not bracketed leaves it out (counted in
+  ``budgets_left_out``), and a replicate that cannot be fitted at all is
+  counted in ``failures`` and left out of the intervals.
 
   Args:
     runs: the runs the full fit used.
@@ -127,6 +129,8 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   if frontier_C is None:
     frontier_C = np.geomspace(runs.C.min(), runs.C.max(), 50)
   options = options or FitOptions()
+  if approach == "2":  # budgets left out of the full fit stay out of every resample
+    runs = runs.subset(np.flatnonzero(np.isin(runs.budget, [p.C for p in full.used])))
   grid = None
   if approach == "3":
     grid = approach3.chinchilla_grid() if options.grid is None else options.grid
@@ -149,7 +153,8 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
       law = res.law
     except FitError as e:
       n_failed += 1
-      why = str(e).split(" (")[0]  # the message without its per-budget details
+      # The message without its details and numbers, so that like failures count together.
+      why = re.sub(r"-?\d+\.\d+(e[+-]?\d+)?|-?\d+e[+-]?\d+", "…", str(e).split(" (")[0])
       failures[why] = failures.get(why, 0) + 1
       continue
     if approach == "2":

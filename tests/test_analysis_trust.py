@@ -109,6 +109,9 @@ def test_every_bootstrap_resample_leaves_bad_budgets_out(tmp_path):
     boot = bootstrap(runs, "2", full, n_resamples=30, seed=seed)   # never raises
     assert boot.n_failed + len(boot.samples["a"]) == 30
     assert sum(boot.failures.values()) == boot.n_failed <= 3
+    # Budgets left out of the full fit stay out of every resample: no stray exponents.
+    assert not set(boot.budgets_left_out) & {3e20, 6e20, 1e21}
+    assert boot.ci["a"][1] - boot.ci["a"][0] < 0.05, boot.ci["a"]
   lo, hi = boot.ci["a"]
   assert lo <= TRUE.a + 0.02 and hi >= TRUE.a - 0.02
 
