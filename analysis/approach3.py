@@ -51,8 +51,58 @@ def chinchilla_grid() -> np.ndarray:
   return np.array(list(itertools.product(*_GRIDS)), dtype=np.float64)
 
 
-def _grid_edges() -> tuple[np.ndarray, np.ndarray]:
-  """(lowest, highest) value of each coordinate of the start grid, each shape (5,)."""
+def parse_grid(spec: str) -> dict[str, np.ndarray]:
+  """Parses a start-grid spec ``"alpha=0:1:11,beta=0.2:0.6:5"`` (name=lo:hi:count, or
+  name=v1/v2/... for listed values) into {name: values}.
+
+  Names are those of :data:`THETA_NAMES`; the coordinates not named keep
+  Chinchilla's values (:func:`start_grid`).
+
+  Raises:
+    ValueError: an unknown name, a malformed range, or a count below 1.
+  """
+  out: dict[str, np.ndarray] = {}
+  for part in (p.strip() for p in spec.split(",") if p.strip()):
+    name, sep, rhs = part.partition("=")
+    name = name.strip()
+    if not sep or name not in THETA_NAMES:
+      raise ValueError(f"start grid {part!r}: expected NAME=lo:hi:count or NAME=v1/v2/... with "
+                       f"NAME one of {', '.join(THETA_NAMES)}")
+    try:
+      if ":" in rhs:
+        lo, hi, count = rhs.split(":")
+        if int(count) < 1:
+          raise ValueError
+        values = np.linspace(float(lo), float(hi), int(count))
+      else:
+        values = np.array([float(v) for v in rhs.split("/")])
+    except ValueError:
+      raise ValueError(f"start grid {part!r}: expected NAME=lo:hi:count (count >= 1) or "
+                       f"NAME=v1/v2/...") from None
+    if not np.all(np.isfinite(values)):
+      raise ValueError(f"start grid {part!r}: values must be finite")
+    out[name] = np.unique(values)
+  return out
+
+
+def start_grid(values: dict[str, np.ndarray] | None = None) -> np.ndarray:
+  """The product grid of L-BFGS starts, shape (S, 5) in :data:`THETA_NAMES` order.
+
+  Args:
+    values: {name: values} replacing Chinchilla's values of those coordinates
+      (:func:`parse_grid`); None or {}: :func:`chinchilla_grid`.
+  """
+  if not values:
+    return chinchilla_grid()
+  axes = [np.asarray(values.get(n, g), dtype=np.float64) for n, g in zip(THETA_NAMES, _GRIDS)]
+  return np.array(list(itertools.product(*axes)), dtype=np.float64)
+
+
+def _grid_edges(grid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(lowest, highest) value of each coordinate of the start grid (Chinchilla's when None),
+  each shape (5,)."""
+  if grid is not None:
+    return grid.min(axis=0), grid.max(axis=0)
   return np.array([g[0] for g in _GRIDS]), np.array([g[-1] for g in _GRIDS])
 
 
@@ -64,7 +114,8 @@ def approach3_support(runs: Runs) -> str | None:
 
 
 def huber_objective(theta: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL: np.ndarray,
-                    delta: float = HUBER_DELTA) -> tuple[float, np.ndarray]:
+                    delta: float = HUBER_DELTA, weight: np.ndarray | None = None,
+                    asymmetry: float = 1.0) -> tuple[float, np.ndarray]:
   """Chinchilla's Approach-3 objective and its analytic gradient.
 
   f(theta) = sum_i Huber_delta(r_i), r_i = LSE(logA - alpha ln N_i,
@@ -75,12 +126,19 @@ def huber_objective(theta: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL:
   delta) = Huber'(r): df/dlogA = sum h w_1, df/dalpha = -sum h w_1 ln N,
   df/dlogB = sum h w_2, df/dbeta = -sum h w_2 ln D, df/dlogE = sum h w_3.
 
+  With per-run weights c_i (``weight`` times ``asymmetry`` where r_i < 0)
+  the objective is sum_i c_i Huber_delta(r_i) and every h above is c_i h_i.
+  ``asymmetry`` > 1 penalises a law that predicts a lower loss than observed
+  (an optimistic one) more than one that predicts a higher loss.
+
   Args:
     theta: (logA, logB, logE, alpha, beta), shape (5,).
     logN: ln N per run, shape (R,).
     logD: ln D per run, shape (R,).
     logL: ln loss per run, shape (R,).
     delta: Huber threshold (Chinchilla: 1e-3).
+    weight: optional weight per run, shape (R,); None: all 1.
+    asymmetry: factor on the loss of runs with r < 0 (1: plain Huber).
 
   Returns:
     (f, grad): the summed Huber loss (float) and its gradient, shape (5,).
@@ -100,7 +158,14 @@ def huber_objective(theta: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL:
   r += m
   r -= logL                           # r = LSE - ln L
   h = np.clip(r, -delta, delta)       # Huber'(r)
-  f = float((h * (r - 0.5 * h)).sum())  # equals sum_i Huber_delta(r_i)
+  if weight is None and asymmetry == 1.0:
+    f = float((h * (r - 0.5 * h)).sum())  # equals sum_i Huber_delta(r_i)
+  else:
+    c = np.ones_like(r) if weight is None else np.asarray(weight, dtype=np.float64)
+    if asymmetry != 1.0:
+      c = np.where(r < 0, asymmetry * c, c)
+    f = float((c * h * (r - 0.5 * h)).sum())
+    h = c * h
   u *= h / s                          # u[k] = Huber'(r) * softmax weight k
   g = u.sum(axis=1)
   # Elementwise products and sums, not np.dot: BLAS on such short vectors gains
@@ -110,7 +175,8 @@ def huber_objective(theta: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL:
 
 
 def _run_starts(starts: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL: np.ndarray,
-                delta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                delta: float, weight: np.ndarray | None = None, asymmetry: float = 1.0
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """L-BFGS (scipy L-BFGS-B, default tolerances) from each start; returns x, f, nit, success."""
   xs = np.empty_like(starts)
   fs = np.empty(len(starts))
@@ -118,15 +184,18 @@ def _run_starts(starts: np.ndarray, logN: np.ndarray, logD: np.ndarray, logL: np
   ok = np.empty(len(starts), dtype=bool)
   with single_threaded_blas():
     for i, x0 in enumerate(starts):
-      res = scipy.optimize.minimize(huber_objective, x0, args=(logN, logD, logL, delta),
+      res = scipy.optimize.minimize(huber_objective, x0,
+                                    args=(logN, logD, logL, delta, weight, asymmetry),
                                     jac=True, method="L-BFGS-B")
       xs[i], fs[i], nit[i], ok[i] = res.x, res.fun, res.nit, res.success
   return xs, fs, nit, ok
 
 
 def run_lbfgs_starts(starts: np.ndarray, logN, logD, logL, delta: float = HUBER_DELTA,
-                     n_jobs: int = 1):
+                     n_jobs: int = 1, weight: np.ndarray | None = None, asymmetry: float = 1.0):
   """Runs L-BFGS from every row of ``starts``, optionally over ``n_jobs`` processes.
+
+  ``weight`` and ``asymmetry`` as in :func:`huber_objective`.
 
   Returns:
     (x, f, nit, success): final thetas (S, 5), objectives (S,), iterations
@@ -134,14 +203,15 @@ def run_lbfgs_starts(starts: np.ndarray, logN, logD, logL, delta: float = HUBER_
   """
   n_jobs = max(1, min(int(n_jobs), len(starts)))
   if n_jobs == 1:
-    return _run_starts(starts, logN, logD, logL, delta)
+    return _run_starts(starts, logN, logD, logL, delta, weight, asymmetry)
   chunks = np.array_split(starts, n_jobs)
   # fork is quick; once JAX (multithreaded) is loaded, a forked child can
   # deadlock, so spawn fresh interpreters instead.
   ctx = multiprocessing.get_context("spawn" if "jax" in sys.modules else "fork")
   with concurrent.futures.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
     parts = list(pool.map(_run_starts, chunks, *([logN] * n_jobs, [logD] * n_jobs,
-                                                 [logL] * n_jobs, [delta] * n_jobs)))
+                                                 [logL] * n_jobs, [delta] * n_jobs,
+                                                 [weight] * n_jobs, [asymmetry] * n_jobs)))
   return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
 
 
@@ -168,6 +238,11 @@ class Approach3Result:
     residuals: ln L_pred - ln L per run, shape (R,).
     wall_time_s: seconds spent in the multi-start fit.
     fit_range_flops: (C_min, C_max) of the fitted runs.
+    asymmetry: factor on the loss of under-predicted runs (1: plain Huber).
+    weighted: whether per-run weights were used.
+    starts: the L-BFGS starts, shape (S, 5).
+    final_objectives: the objective each start's L-BFGS run ended at, shape (S,).
+    grid_box: (lowest, highest) of each coordinate of the start grid, each shape (5,).
   """
 
   E: float
@@ -189,6 +264,11 @@ class Approach3Result:
   residuals: np.ndarray
   wall_time_s: float
   fit_range_flops: tuple[float, float]
+  asymmetry: float = 1.0
+  weighted: bool = False
+  starts: np.ndarray | None = None
+  final_objectives: np.ndarray | None = None
+  grid_box: tuple[np.ndarray, np.ndarray] | None = None
 
   @property
   def law(self) -> laws.ParametricLaw:
@@ -215,13 +295,15 @@ class Approach3Result:
 
 
 def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float = HUBER_DELTA,
-                  n_jobs: int = 1, polish: bool = True) -> Approach3Result:
+                  n_jobs: int = 1, polish: bool = True, grid: np.ndarray | None = None,
+                  asymmetry: float = 1.0) -> Approach3Result:
   """Approach 3 exactly as Chinchilla App. D.2 describes it.
 
   Minimises the SUM over runs of Huber_delta(LSE(logA - alpha ln N,
   logB - beta ln D, logE) - ln L) with scipy's L-BFGS-B (analytic gradient,
   :func:`huber_objective`, scipy's default tolerances) from every start and
-  keeps the lowest objective. With ``polish``, one more L-BFGS-B run from that
+  keeps the lowest objective. Per-run weights (``runs.weight``) and
+  ``asymmetry`` change the objective as :func:`huber_objective` says. With ``polish``, one more L-BFGS-B run from that
   optimum with tight tolerances (ftol 1e-15, gtol 1e-12) removes the last
   early-stopping error; it is kept only if it lowers the objective.
 
@@ -232,6 +314,10 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
     delta: Huber threshold (Chinchilla: 1e-3).
     n_jobs: processes for the starts (1 = in this process).
     polish: refine the best optimum with tight tolerances.
+    grid: a user-given grid of starts (:func:`start_grid`), shape (S, 5): the
+      starts when ``starts`` is None, and the box the diagnostics compare the
+      optimum and the best start with (default Chinchilla's grid).
+    asymmetry: factor on the loss of under-predicted runs (1: plain Huber).
 
   Returns:
     An :class:`Approach3Result`.
@@ -243,19 +329,26 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
   reason = approach3_support(runs)
   if reason:
     raise ApproachUnsupported(reason)
+  if not (delta > 0 and asymmetry > 0):
+    raise FitError(f"Approach 3: the Huber delta and the asymmetry must be > 0, got {delta!r} "
+                   f"and {asymmetry!r}")
   logN, logD, logL = np.log(runs.N), np.log(runs.D), np.log(runs.loss)
+  if grid is not None:
+    grid = np.atleast_2d(np.asarray(grid, dtype=np.float64))
   if starts is None:
-    starts = chinchilla_grid()
+    starts = chinchilla_grid() if grid is None else grid
   starts = np.atleast_2d(np.asarray(starts, dtype=np.float64))
+  weight = runs.weight
+  obj_args = (logN, logD, logL, delta, weight, asymmetry)
   t0 = time.perf_counter()
-  xs, fs, nit, ok = run_lbfgs_starts(starts, logN, logD, logL, delta, n_jobs)
+  xs, fs, nit, ok = run_lbfgs_starts(starts, logN, logD, logL, delta, n_jobs, weight, asymmetry)
   fs = np.where(np.isfinite(fs), fs, np.inf)
   best = int(np.argmin(fs))
   theta = xs[best]
   objective = float(fs[best])
   if polish and np.isfinite(objective):
     with single_threaded_blas():
-      res = scipy.optimize.minimize(huber_objective, theta, args=(logN, logD, logL, delta),
+      res = scipy.optimize.minimize(huber_objective, theta, args=obj_args,
                                     jac=True, method="L-BFGS-B",
                                     options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000})
     if np.isfinite(res.fun) and res.fun <= objective:
@@ -265,7 +358,7 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
   if not (alpha > 0 and beta > 0):
     raise FitError(f"Approach 3: the best optimum has alpha = {alpha:.4g}, beta = {beta:.4g}; "
                    f"both must be > 0 (the data do not determine the law)")
-  lo, hi = _grid_edges()
+  lo, hi = _grid_edges(grid)
   best_start = starts[best]
   edge = np.any(np.isclose(starts, lo) | np.isclose(starts, hi), axis=1)
   at_best = fs <= fs[best] * (1 + 1e-6) + 1e-15
@@ -282,4 +375,5 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
       best_start=best_start.copy(), best_start_on_grid_edge=bool(edge[best]),
       optimum_inside_grid=inside,
       converged=bool(ok[best]), n_iter=int(nit[best]), residuals=pred - logL, wall_time_s=wall,
-      fit_range_flops=(float(C.min()), float(C.max())))
+      fit_range_flops=(float(C.min()), float(C.max())), asymmetry=float(asymmetry),
+      weighted=weight is not None, starts=starts, final_objectives=fs, grid_box=(lo, hi))

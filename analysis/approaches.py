@@ -8,16 +8,60 @@ Compute-Optimal Large Language Models", arXiv 2203.15556, Sec. 3.1-3.3).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from analysis.approach1 import Approach1Result, approach1_support, fit_approach1
 from analysis.approach2 import Approach2Result, approach2_support, fit_approach2
-from analysis.approach3 import Approach3Result, approach3_support, fit_approach3
+from analysis.approach3 import (HUBER_DELTA, Approach3Result, approach3_support, fit_approach3)
+from analysis.errors import FitOptionError
 from analysis.runs import Runs
 
 APPROACHES = ("1", "2", "3")
+LOSSES = ("huber", "asymmetric")
 
 ApproachResult = Approach1Result | Approach2Result | Approach3Result
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOptions:
+  """Choices of the fits beyond Chinchilla's defaults (the defaults reproduce them).
+
+  Attributes:
+    window: Approach 2: fit each parabola only on the sizes within ``window``
+      places of the size with the lowest observed loss; None: all sizes.
+    huber_delta: Approach 3: the Huber threshold (Chinchilla: 1e-3).
+    loss: Approach 3: "huber" (Chinchilla) or "asymmetric" (Huber with the
+      loss of under-predicted runs multiplied by ``asymmetry``).
+    asymmetry: factor of the asymmetric loss (> 0; ignored for "huber").
+    grid: Approach 3: a user-given start grid, shape (S, 5)
+      (:func:`analysis.approach3.start_grid`); None: Chinchilla's 4500 starts.
+
+  Per-run weights are a column of the table (``Runs.weight``), not an option.
+  """
+
+  window: int | None = None
+  huber_delta: float = HUBER_DELTA
+  loss: str = "huber"
+  asymmetry: float = 2.0
+  grid: np.ndarray | None = None
+
+  def __post_init__(self):
+    if self.window is not None and self.window < 1:
+      raise FitOptionError(f"the parabola window must be >= 1 size either side, got "
+                           f"{self.window}")
+    if not self.huber_delta > 0:
+      raise FitOptionError(f"the Huber delta must be > 0, got {self.huber_delta}")
+    if self.loss not in LOSSES:
+      raise FitOptionError(f"unknown loss {self.loss!r}; valid: {', '.join(LOSSES)}")
+    if not self.asymmetry > 0:
+      raise FitOptionError(f"the asymmetry must be > 0, got {self.asymmetry}")
+
+  @property
+  def effective_asymmetry(self) -> float:
+    """The factor on under-predicted runs: 1 for "huber"."""
+    return float(self.asymmetry) if self.loss == "asymmetric" else 1.0
 
 
 def check_approach(approach: str) -> None:
@@ -26,19 +70,20 @@ def check_approach(approach: str) -> None:
     raise ValueError(f"unknown approach {approach!r}; valid: {', '.join(APPROACHES)}")
 
 
-def support_reason(runs: Runs, approach: str) -> str | None:
-  """None if ``approach`` can run on ``runs``, else the reason.
+def support_reason(runs: Runs, approach: str, options: FitOptions | None = None) -> str | None:
+  """None if ``approach`` can run on ``runs`` (with ``options``), else the reason.
 
   Raises:
     ValueError: ``approach`` is not one of :data:`APPROACHES`.
   """
   check_approach(approach)
-  support = {"1": approach1_support, "2": approach2_support, "3": approach3_support}[approach]
-  return support(runs)
+  if approach == "2":
+    return approach2_support(runs, window=(options or FitOptions()).window)
+  return {"1": approach1_support, "3": approach3_support}[approach](runs)
 
 
 def fit_approach(runs: Runs, approach: str, *, starts: np.ndarray | None = None,
-                 n_jobs: int = 1) -> ApproachResult:
+                 n_jobs: int = 1, options: FitOptions | None = None) -> ApproachResult:
   """Fits one approach to ``runs`` with its defaults.
 
   Args:
@@ -47,6 +92,7 @@ def fit_approach(runs: Runs, approach: str, *, starts: np.ndarray | None = None,
     starts: Approach 3 only: L-BFGS starts, shape (S, 5); default the
       4500-point grid (:func:`analysis.approach3.chinchilla_grid`).
     n_jobs: Approach 3 only: processes for the starts.
+    options: :class:`FitOptions`; None: Chinchilla's choices.
 
   Returns:
     The approach's result (:class:`~analysis.approach1.Approach1Result`,
@@ -59,8 +105,10 @@ def fit_approach(runs: Runs, approach: str, *, starts: np.ndarray | None = None,
     ValueError: ``approach`` is not one of :data:`APPROACHES`.
   """
   check_approach(approach)
+  opts = options or FitOptions()
   if approach == "1":
     return fit_approach1(runs)
   if approach == "2":
-    return fit_approach2(runs)
-  return fit_approach3(runs, starts=starts, n_jobs=n_jobs)
+    return fit_approach2(runs, window=opts.window)
+  return fit_approach3(runs, starts=starts, n_jobs=n_jobs, delta=opts.huber_delta,
+                       grid=opts.grid, asymmetry=opts.effective_asymmetry)

@@ -8,12 +8,13 @@ replication attempt", arXiv 2404.10102) do.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import numpy as np
 
 from analysis import approach3
-from analysis.approaches import check_approach, fit_approach
+from analysis.approaches import FitOptions, check_approach, fit_approach
 from analysis.errors import FitError
 from analysis.runs import Runs
 
@@ -52,6 +53,11 @@ class BootstrapResult:
     frontier_D: (lo, hi) of D_opt(C), each shape (P,).
     wall_time_s: seconds spent.
     method: one line on how replicates were drawn and fitted.
+    failures: why replicates failed -> how many (the fit's message without
+      its parenthesised details).
+    budgets_left_out: Approach 2: budget C -> in how many successful
+      replicates its parabola was left out (edge, flat, ...); budgets never
+      left out are absent.
   """
 
   n_resamples: int
@@ -66,6 +72,8 @@ class BootstrapResult:
   frontier_D: tuple[np.ndarray, np.ndarray]
   wall_time_s: float
   method: str
+  failures: dict[str, int] = dataclasses.field(default_factory=dict)
+  budgets_left_out: dict[float, int] = dataclasses.field(default_factory=dict)
 
 
 def _resample_indices(runs: Runs, rng: np.random.Generator, stratified: bool) -> np.ndarray:
@@ -80,7 +88,7 @@ def _resample_indices(runs: Runs, rng: np.random.Generator, stratified: bool) ->
 
 def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: int = 0,
               frontier_C: np.ndarray | None = None, level: float = CI_LEVEL,
-              n_extra_starts: int = 4) -> BootstrapResult:
+              n_extra_starts: int = 4, options: FitOptions | None = None) -> BootstrapResult:
   """Bootstrap confidence intervals for one approach by resampling runs with replacement.
 
   Approaches 1 and 2 resample runs within each IsoFLOP budget (every budget
@@ -92,6 +100,12 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   whole grid: the replicate's optimum lies near the full-data one, and this
   keeps a replicate to a few milliseconds.
 
+  Each replicate is fitted with the same ``options`` as the full fit. For
+  Approach 2 only the budgets used by the full fit are resampled; a replicate
+  in which one of them is not bracketed leaves it out (counted in
+  ``budgets_left_out``), and a replicate that cannot be fitted at all is
+  counted in ``failures`` and left out of the intervals.
+
   Args:
     runs: the runs the full fit used.
     approach: "1", "2" or "3".
@@ -102,6 +116,8 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
     level: interval coverage.
     n_extra_starts: Approach 3 only, grid starts per replicate besides the
       full-data optimum.
+    options: the full fit's :class:`~analysis.approaches.FitOptions` (window,
+      loss, start grid); None: Chinchilla's choices.
 
   Returns:
     A :class:`BootstrapResult` (intervals for every parameter and exponent).
@@ -112,11 +128,20 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   rng = np.random.default_rng(seed)
   if frontier_C is None:
     frontier_C = np.geomspace(runs.C.min(), runs.C.max(), 50)
-  grid = approach3.chinchilla_grid() if approach == "3" else None
+  options = options or FitOptions()
+  if approach == "2":  # budgets left out of the full fit stay out of every resample
+    runs = runs.subset(np.flatnonzero(np.isin(runs.budget, [p.C for p in full.used])))
+  grid = None
+  if approach == "3":
+    grid = approach3.chinchilla_grid() if options.grid is None else options.grid
+    n_extra_starts = min(n_extra_starts, len(grid))
   t0 = time.perf_counter()
   rows: list[dict[str, float]] = []
   Ns, Ds = [], []
   n_failed = 0
+  failures: dict[str, int] = {}
+  left_out: dict[float, int] = {}
+  used_in_full = {p.C for p in full.used} if approach == "2" else set()
   for _ in range(n_resamples):
     sub = runs.subset(_resample_indices(runs, rng, stratified=approach != "3"))
     starts = None
@@ -124,11 +149,18 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
       extra = grid[rng.choice(len(grid), size=n_extra_starts, replace=False)]
       starts = np.vstack([full.theta, extra])
     try:
-      res = fit_approach(sub, approach, starts=starts)
+      res = fit_approach(sub, approach, starts=starts, options=options)
       law = res.law
-    except FitError:
+    except FitError as e:
       n_failed += 1
+      # The message without its details and numbers, so that like failures count together.
+      why = re.sub(r"-?\d+\.\d+(e[+-]?\d+)?|-?\d+e[+-]?\d+", "…", str(e).split(" (")[0])
+      failures[why] = failures.get(why, 0) + 1
       continue
+    if approach == "2":
+      for p in res.left_out:
+        if p.C in used_in_full:
+          left_out[p.C] = left_out.get(p.C, 0) + 1
     rows.append(res.params())
     n_opt, d_opt = law.optimal_allocation(frontier_C)
     Ns.append(n_opt)
@@ -154,4 +186,5 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
               f"(seed {seed})")
   return BootstrapResult(n_resamples=n_resamples, n_failed=n_failed, seed=seed, level=level,
                          samples=samples, ci=ci, std=std, frontier_C=np.asarray(frontier_C),
-                         frontier_N=fN, frontier_D=fD, wall_time_s=wall, method=method)
+                         frontier_N=fN, frontier_D=fD, wall_time_s=wall, method=method,
+                         failures=failures, budgets_left_out=left_out)

@@ -24,9 +24,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from analysis.approaches import (APPROACHES, ApproachResult, check_approach, fit_approach,
-                                 support_reason)
+from analysis.approaches import (APPROACHES, ApproachResult, FitOptions, check_approach,
+                                 fit_approach, support_reason)
 from analysis.bootstrap import BootstrapResult, bootstrap
+from analysis.diagnostics import approach_warnings
 from analysis.errors import ApproachUnsupported, FitError
 from analysis.runs import Runs
 
@@ -43,6 +44,8 @@ class FitReport:
     skipped: approach -> the reason it was skipped.
     requested: approaches asked for.
     frontier_C: FLOPs of the frontier table and figure, shape (P,).
+    options: the :class:`~analysis.approaches.FitOptions` used.
+    warnings: approach -> warnings on its fit (:mod:`analysis.diagnostics`).
   """
 
   runs: Runs
@@ -51,6 +54,8 @@ class FitReport:
   skipped: dict[str, str]
   requested: tuple[str, ...]
   frontier_C: np.ndarray
+  options: FitOptions = dataclasses.field(default_factory=FitOptions)
+  warnings: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def frontier_flops(runs: Runs, extra_decades: float = 2.0, n: int = 60) -> np.ndarray:
@@ -61,7 +66,8 @@ def frontier_flops(runs: Runs, extra_decades: float = 2.0, n: int = 60) -> np.nd
 
 def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: int = 200,
             seed: int = 0, strict: bool = False, n_jobs: int = 1,
-            log: Callable[[str], None] | None = None) -> FitReport:
+            log: Callable[[str], None] | None = None,
+            options: FitOptions | None = None) -> FitReport:
   """Fits the requested approaches, each with a bootstrap.
 
   Args:
@@ -73,6 +79,8 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
       (an explicit request) instead of recording it as skipped.
     n_jobs: processes for Approach 3's 4500 starts.
     log: optional progress printer.
+    options: :class:`~analysis.approaches.FitOptions` for the fits and their
+      bootstraps; None: Chinchilla's choices.
 
   Returns:
     A :class:`FitReport`.
@@ -82,16 +90,17 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
     ValueError: an approach not in :data:`~analysis.approaches.APPROACHES`.
   """
   say = log or (lambda msg: None)
+  options = options or FitOptions()
   for a in approaches:
     check_approach(a)
   fC = frontier_flops(runs)
-  results, boots, skipped = {}, {}, {}
+  results, boots, skipped, warnings = {}, {}, {}, {}
   for a in approaches:
-    reason = support_reason(runs, a)
+    reason = support_reason(runs, a, options)
     if reason is None:
       try:
         t0 = time.perf_counter()
-        res = fit_approach(runs, a, n_jobs=n_jobs)
+        res = fit_approach(runs, a, n_jobs=n_jobs, options=options)
         say(f"approach {a}: fitted in {time.perf_counter() - t0:.1f} s")
       except FitError as e:
         reason = str(e)
@@ -103,7 +112,10 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
       continue
     results[a] = res
     if n_bootstrap > 0:
-      boots[a] = bootstrap(runs, a, res, n_resamples=n_bootstrap, seed=seed, frontier_C=fC)
+      boots[a] = bootstrap(runs, a, res, n_resamples=n_bootstrap, seed=seed, frontier_C=fC,
+                           options=options)
       say(f"approach {a}: {n_bootstrap} bootstrap resamples in {boots[a].wall_time_s:.1f} s")
+    warnings[a] = approach_warnings(a, res, boots.get(a))
   return FitReport(runs=runs, results=results, bootstraps=boots, skipped=skipped,
-                   requested=tuple(approaches), frontier_C=fC)
+                   requested=tuple(approaches), frontier_C=fC, options=options,
+                   warnings=warnings)

@@ -10,7 +10,8 @@ Two formats are read:
 * CSV with columns ``N``, ``loss`` and ``D`` or ``C`` (FLOPs; then
   D = C / (6N), Chinchilla Sec. 3's C = 6ND). Epoch AI's column names
   (``Model Size``, ``Training FLOP``, ``loss``) are accepted too. Optional
-  columns: ``C_budget``, ``run_id``, ``status``.
+  columns: ``C_budget``, ``run_id``, ``status``, ``weight`` (per-run weight in
+  the fits, >= 0; JSONL rows may carry ``weight`` too).
 
 Every problem (missing column, unparsable, NaN or non-positive value,
 duplicated run, empty table, too few IsoFLOP budgets) raises
@@ -39,6 +40,7 @@ _CSV_ALIASES = {
     "C_budget": ("C_budget", "budget"),
     "run_id": ("run_id",),
     "status": ("status",),
+    "weight": ("weight",),
 }
 
 
@@ -92,7 +94,7 @@ def _number(value, path: str, line: int, column: str, *, positive: bool = True) 
 
 
 def _parse_jsonl(text: str, path: str) -> Runs:
-  N, D, loss, budget, ids, curves = [], [], [], [], [], []
+  N, D, loss, budget, ids, curves, weights = [], [], [], [], [], [], []
   seen: dict[str, int] = {}
   seen_config: dict[tuple, int] = {}
   n_failed = 0
@@ -148,6 +150,8 @@ def _parse_jsonl(text: str, path: str) -> Runs:
     else:
       all_curves = False
       curves.append(None)
+    weights.append(None if row.get("weight") is None else
+                   _number(row["weight"], path, line_no, "weight", positive=False))
     N.append(n)
     D.append(d)
     loss.append(l)
@@ -157,7 +161,17 @@ def _parse_jsonl(text: str, path: str) -> Runs:
     raise ResultsError(f"{path}: no finished runs to fit ({n_failed} failed)")
   budget_arr = np.asarray(budget) if any_budget else None
   return runs_from_arrays(N, D, loss, budget=budget_arr, run_id=ids,
-                          curves=curves if all_curves else None, source=path, n_failed=n_failed)
+                          curves=curves if all_curves else None, source=path, n_failed=n_failed,
+                          weight=_weights(weights, path))
+
+
+def _weights(weights: list, path: str) -> np.ndarray | None:
+  """Per-run weights: None when no row has one; every row must have one otherwise."""
+  if all(w is None for w in weights):
+    return None
+  if any(w is None for w in weights):
+    raise ResultsError(f"{path}: column 'weight' is present on some rows and missing on others")
+  return np.asarray(weights, dtype=np.float64)
 
 
 def _find_column(header: Sequence[str], name: str) -> str | None:
@@ -179,7 +193,7 @@ def _parse_csv(text: str, path: str) -> Runs:
   if cols["D"] is None and cols["C"] is None:
     raise ResultsError(f"{path}: missing column 'D' or 'C' (tokens, or FLOPs with D = C/(6N)); "
                        f"the header is {header}")
-  N, D, loss, budget, ids = [], [], [], [], []
+  N, D, loss, budget, ids, weights = [], [], [], [], [], []
   seen_ids: dict[str, int] = {}
   seen_rows: dict[tuple, int] = {}
   n_failed = 0
@@ -210,6 +224,9 @@ def _parse_csv(text: str, path: str) -> Runs:
     seen_rows[key] = line_no
     if cols["C_budget"]:
       budget.append(_number(row.get(cols["C_budget"]), path, line_no, cols["C_budget"]))
+    if cols["weight"]:
+      weights.append(_number(row.get(cols["weight"]), path, line_no, cols["weight"],
+                             positive=False))
     N.append(n)
     D.append(d)
     loss.append(l)
@@ -218,7 +235,8 @@ def _parse_csv(text: str, path: str) -> Runs:
     raise ResultsError(f"{path}: no runs to fit (the table has a header but no data rows"
                        f"{f', {n_failed} failed' if n_failed else ''})")
   return runs_from_arrays(N, D, loss, budget=np.asarray(budget) if cols["C_budget"] else None,
-                          run_id=ids, source=path, n_failed=n_failed)
+                          run_id=ids, source=path, n_failed=n_failed,
+                          weight=np.asarray(weights) if cols["weight"] else None)
 
 
 def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> None:
@@ -233,6 +251,8 @@ def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> No
       row = {"run_id": runs.run_id[i], "status": "done", "C_budget": float(runs.budget[i]),
              "N": int(round(runs.N[i])), "D": float(runs.D[i]), "C_6nd": float(runs.C[i]),
              "final_eval_loss": float(runs.loss[i])}
+      if runs.weight is not None:
+        row["weight"] = float(runs.weight[i])
       if runs.curves is not None:
         row["eval_curve"] = runs.curves[i].tolist()
       f.write(json.dumps(row) + "\n")

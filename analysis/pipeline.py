@@ -10,10 +10,13 @@ import os
 import time
 from typing import Callable, Sequence
 
+import numpy as np
+
 from chinchax import laws
 from analysis import plots
 from analysis import report as reportlib
-from analysis.approaches import APPROACHES
+from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
+from analysis.approaches import APPROACHES, FitOptions
 from analysis.errors import FitError, FitOptionError
 from analysis.fit import FitReport, fit_all
 from analysis.io import load_results
@@ -30,7 +33,10 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
                 approach: str = "all", n_bootstrap: int = 200, seed: int = 0,
                 n_jobs: int = DEFAULT_JOBS, drop_highest_loss: int = 0, min_budgets: int = 3,
                 compare: Sequence[str] | None = None, figures: bool = True,
-                log: Callable[[str], None] | None = None) -> FitReport:
+                log: Callable[[str], None] | None = None,
+                warn: Callable[[str], None] | None = None, window: int | None = None,
+                huber_delta: float = HUBER_DELTA, loss: str = "huber", asymmetry: float = 2.0,
+                grid: str | np.ndarray | None = None) -> FitReport:
   """Fits a results table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
 
   Args:
@@ -50,17 +56,30 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       the fit; None: every law of :data:`chinchax.laws.PUBLISHED_LAWS`.
     figures: whether to write the figures (PNG and SVG).
     log: progress printer (one line per call); None prints nothing.
+    warn: printer of the fit's warnings (:mod:`analysis.diagnostics`, one
+      line each, without a "warning:" prefix); None: through ``log`` as
+      "warning: ...". They are in ``fit.json`` and ``fit.md`` either way.
+    window: Approach 2: fit each parabola on the sizes within ``window``
+      places of the lowest observed loss (None: all sizes).
+    huber_delta: Approach 3's Huber threshold (Chinchilla: 1e-3).
+    loss: Approach 3's loss, "huber" or "asymmetric".
+    asymmetry: factor on under-predicted runs of the asymmetric loss.
+    grid: Approach 3's start grid: a spec for
+      :func:`analysis.approach3.parse_grid` ("alpha=0:1:11,...") or an array
+      (S, 5); None: Chinchilla's 4500 starts.
 
   Returns:
     The :class:`~analysis.fit.FitReport`.
 
   Raises:
-    FitOptionError: an unknown law in ``compare``, or an unknown ``approach``.
+    FitOptionError: an unknown law in ``compare``, an unknown ``approach``, or
+      a bad window, Huber delta, loss, asymmetry or grid.
     ResultsError: the table cannot be read or used.
     ApproachUnsupported: an explicitly requested approach cannot run on the table.
     FitError: no approach could be fitted, or the requested one failed.
   """
   say = log or (lambda msg: None)
+  tell = warn or (lambda msg: say(f"warning: {msg}"))
   results_path = os.fspath(results_path)
   if approach != "all" and approach not in APPROACHES:
     raise FitOptionError(f"unknown approach {approach!r}; valid: all, {', '.join(APPROACHES)}")
@@ -68,6 +87,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     compare_laws = [laws.get_law(name) for name in (compare or list(laws.PUBLISHED_LAWS))]
   except ValueError as e:
     raise FitOptionError(str(e)) from None
+  options = FitOptions(window=window, huber_delta=huber_delta, loss=loss, asymmetry=asymmetry,
+                       grid=_grid(grid))
   t0 = time.perf_counter()
   runs = load_results(results_path, min_budgets=min_budgets)
   runs = runs.drop_highest_loss(drop_highest_loss)
@@ -76,7 +97,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   approaches = APPROACHES if approach == "all" else (approach,)
   try:
     report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
-                     strict=approach != "all", n_jobs=n_jobs, log=say)
+                     strict=approach != "all", n_jobs=n_jobs, log=say, options=options)
   except FitError as e:
     raise type(e)(f"approach {approach}: {e}") from None
   if not report.results:
@@ -96,6 +117,24 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     say(f"approach {k}: a = {p['a']:.4f}{ci}{extra}")
   for k, reason in report.skipped.items():
     say(f"approach {k}: skipped: {reason}")
+  for k, msgs in sorted(report.warnings.items()):
+    for msg in msgs:
+      tell(f"approach {k}: {msg}")
   say(f"wrote {json_path}, {md_path} and {len(figure_paths)} figure files in "
       f"{time.perf_counter() - t0:.1f} s")
   return report
+
+
+def _grid(grid: str | np.ndarray | None) -> np.ndarray | None:
+  """Approach 3's start grid from a spec or an array (FitOptionError when unusable)."""
+  if grid is None:
+    return None
+  if isinstance(grid, str):
+    try:
+      return start_grid(parse_grid(grid))
+    except ValueError as e:
+      raise FitOptionError(str(e)) from None
+  arr = np.atleast_2d(np.asarray(grid, dtype=np.float64))
+  if arr.ndim != 2 or arr.shape[1] != 5 or not np.all(np.isfinite(arr)):
+    raise FitOptionError(f"a start grid must be finite with shape (S, 5), got {arr.shape}")
+  return arr

@@ -9,6 +9,9 @@
   compute-optimal frontier and IsoFLOP lines C = 6ND (Chinchilla Fig. 4, left).
 * ``residuals``: ln L_pred - ln L of Approach 3 vs N and vs C (or the
   parabola residuals of Approach 2 when Approach 3 was not fitted).
+* ``starts`` (with a user-given Approach-3 start grid): the objective over
+  the grid's (alpha, beta) plane, at the starts and where L-BFGS ended from
+  them (lowest over the other coordinates), with the optimum marked.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from chinchax import laws  # noqa: E402
+from analysis.approach3 import THETA_NAMES, huber_objective  # noqa: E402
 from analysis.fit import FitReport  # noqa: E402
 from analysis.runs import flops_6nd, tokens_6nd  # noqa: E402
 
@@ -210,6 +214,42 @@ def plot_residuals(report: FitReport, out_dir: str) -> list[str]:
   return _save(fig, out_dir, "residuals")
 
 
+def _plane_min(alpha: np.ndarray, beta: np.ndarray, values: np.ndarray):
+  """Lowest value per (alpha, beta) pair: (alpha axis, beta axis, grid (n_beta, n_alpha))."""
+  ax_a, ax_b = np.unique(alpha), np.unique(beta)
+  out = np.full((ax_b.size, ax_a.size), np.inf)
+  ia, ib = np.searchsorted(ax_a, alpha), np.searchsorted(ax_b, beta)
+  np.minimum.at(out, (ib, ia), values)
+  return ax_a, ax_b, out
+
+
+def plot_starts(report: FitReport, out_dir: str) -> list[str]:
+  """The Approach-3 objective over a user-given start grid. Returns paths ([] without one)."""
+  a3 = report.results.get("3")
+  if a3 is None or report.options.grid is None or a3.starts is None:
+    return []
+  runs = report.runs
+  args = (np.log(runs.N), np.log(runs.D), np.log(runs.loss), a3.delta, runs.weight,
+          a3.asymmetry)
+  at_start = np.array([huber_objective(x0, *args)[0] for x0 in a3.starts])
+  ia, ib = THETA_NAMES.index("alpha"), THETA_NAMES.index("beta")
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+  for ax, values, title in ((axes[0], at_start, "objective at the start"),
+                            (axes[1], a3.final_objectives, "objective where L-BFGS ended")):
+    xa, xb, grid = _plane_min(a3.starts[:, ia], a3.starts[:, ib], values)
+    shown = np.log10(np.where(np.isfinite(grid) & (grid > 0), grid, np.nan))
+    mesh = ax.pcolormesh(xa, xb, shown, shading="nearest", cmap="viridis")
+    fig.colorbar(mesh, ax=ax, label="log10 objective (lowest over logA, logB, logE)")
+    ax.scatter([a3.alpha], [a3.beta], marker="*", s=160, color="tab:red", edgecolor="k",
+               zorder=4, label=f"optimum (alpha {a3.alpha:.3f}, beta {a3.beta:.3f})")
+    ax.set_xlabel("alpha")
+    ax.set_ylabel("beta")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+  fig.suptitle(f"Approach 3 over the start grid ({len(a3.starts)} starts)", fontsize=10)
+  return _save(fig, out_dir, "starts")
+
+
 def make_figures(report: FitReport, out_dir: str,
                  compare: Sequence[laws.Law] = ()) -> list[str]:
   """Writes every figure that the fitted approaches allow; returns the paths (PNG and SVG)."""
@@ -220,4 +260,5 @@ def make_figures(report: FitReport, out_dir: str,
     paths += plot_frontier(report, out_dir, compare)
   paths += plot_contours(report, out_dir)
   paths += plot_residuals(report, out_dir)
+  paths += plot_starts(report, out_dir)
   return paths

@@ -7,8 +7,11 @@ JSON layout (``fit.json``):
   Approach-3 law when Approach 3 was fitted (so that
   :func:`chinchax.laws.get_law` can load the file and ``chinchax plan`` can use it).
 * ``approach1`` / ``approach2`` / ``approach3``: ``status`` ("ok" | "skipped"
-  with ``reason``), the parameters, ``ci`` (95% bootstrap intervals of every
+  with ``reason``), the parameters, ``fit_range_flops`` ((C_min, C_max) of the
+  budgets used, so ``chinchax plan --law fit.json`` can warn about
+  extrapolation), ``warnings``, ``ci`` (95% bootstrap intervals of every
   parameter and exponent), ``std`` and ``bootstrap`` (how it was drawn).
+* ``warnings``: every warning as {"approach", "message"} (also in ``fit.md``).
 * ``frontier``: per C, each approach's N_opt, D_opt, tokens per parameter,
   predicted loss (Approach 3) and the bootstrap interval of N_opt.
 * ``published``: the published laws' exponents and their allocation at the
@@ -56,20 +59,35 @@ def _boot_dict(boot: BootstrapResult | None) -> dict:
       "std": {k: _f(v) for k, v in boot.std.items()},
       "bootstrap": {"n_resamples": boot.n_resamples, "n_failed": boot.n_failed,
                     "seed": boot.seed, "level": boot.level, "method": boot.method,
-                    "wall_time_s": round(boot.wall_time_s, 3)},
+                    "wall_time_s": round(boot.wall_time_s, 3),
+                    "failures": dict(boot.failures),
+                    "budgets_left_out": [{"C": _f(C), "n_resamples": n}
+                                         for C, n in sorted(boot.budgets_left_out.items())]},
   }
 
 
-def _approach_dict(key: str, res, boot) -> dict:
+def _loss_function(res) -> str:
+  """The Approach-3 objective in words."""
+  text = "sum of Huber(LSE(logA - alpha ln N, logB - beta ln D, logE) - ln L)"
+  if res.weighted:
+    text = text.replace("sum of", "weighted sum of")
+  if res.asymmetry != 1.0:
+    text += f", times {res.asymmetry:g} where the law predicts a lower loss than observed"
+  return text
+
+
+def _approach_dict(key: str, res, boot, warnings: Sequence[str] = ()) -> dict:
   d: dict = {"status": "ok"}
   d.update({k: _f(v) for k, v in res.params().items()})
+  if key in ("1", "2"):
+    d["fit_range_flops"] = [_f(v) for v in res.law.fit_range_flops]
   if key == "1":
     d.update({"edge_fraction": _f(res.edge_fraction), "n_envelope_points": int(len(res.C)),
               "C_range": [_f(res.C[0]), _f(res.C[-1])],
               "distinct_N_on_envelope": int(np.unique(res.N_env).size)})
   elif key == "2":
     d.update({"n_budgets_used": len(res.used), "n_budgets_left_out": len(res.left_out),
-              "budgets": [p.to_dict() for p in res.budgets]})
+              "window": res.window, "budgets": [p.to_dict() for p in res.budgets]})
     for b in d["budgets"]:
       for k, v in list(b.items()):
         if isinstance(v, float):
@@ -77,7 +95,10 @@ def _approach_dict(key: str, res, boot) -> dict:
   elif key == "3":
     d.update({
         "objective": _f(res.objective), "huber_delta": res.delta,
-        "loss_function": "sum of Huber(LSE(logA - alpha ln N, logB - beta ln D, logE) - ln L)",
+        "loss_function": _loss_function(res),
+        "asymmetry": res.asymmetry, "weighted": res.weighted,
+        "grid_box": ({n: [float(a), float(b)] for n, a, b in zip(THETA_NAMES, *res.grid_box)}
+                     if res.grid_box is not None else None),
         "optimizer": "scipy.optimize.minimize L-BFGS-B, analytic gradient",
         "n_starts": res.n_starts, "n_starts_at_best": res.n_starts_at_best,
         "n_interior_starts_at_best": res.n_interior_starts_at_best,
@@ -89,6 +110,7 @@ def _approach_dict(key: str, res, boot) -> dict:
         "residual_rms": _f(np.sqrt(np.mean(res.residuals ** 2))),
         "fit_range_flops": [_f(v) for v in res.fit_range_flops],
     })
+  d["warnings"] = list(warnings)
   d.update(_boot_dict(boot))
   return d
 
@@ -154,9 +176,12 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
     out["law_from"] = "approach3"
   for key in APPROACHES:
     if key in report.results:
-      out[f"approach{key}"] = _approach_dict(key, report.results[key], report.bootstraps.get(key))
+      out[f"approach{key}"] = _approach_dict(key, report.results[key], report.bootstraps.get(key),
+                                             report.warnings.get(key, ()))
     elif key in report.skipped:
       out[f"approach{key}"] = {"status": "skipped", "reason": report.skipped[key]}
+  out["warnings"] = [{"approach": k, "message": m} for k in APPROACHES
+                     for m in report.warnings.get(k, ())]
   out["frontier"] = _frontier_rows(report)
   cmax = float(runs.C.max())
   pub = {}
@@ -189,6 +214,10 @@ def markdown(data: dict) -> str:
                f"C {_fmt(inp['C_range'][0])}–{_fmt(inp['C_range'][1])} FLOPs, "
                f"loss {_fmt(inp['loss_range'][0])}–{_fmt(inp['loss_range'][1])} nats/token.")
   lines.append("")
+  if data.get("warnings"):
+    lines += ["## Warnings", ""]
+    lines += [f"- Approach {w['approach']}: {w['message']}" for w in data["warnings"]]
+    lines.append("")
   lines += ["## Exponents (N_opt ∝ C^a, D_opt ∝ C^b; 95% bootstrap intervals)", "",
             "| law | a | b |", "|---|---|---|"]
   for key in APPROACHES:
@@ -239,6 +268,9 @@ def markdown(data: dict) -> str:
         lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, "
                      f"{d['distinct_N_on_envelope']} distinct N on it; "
                      f"{100 * d['edge_fraction']:.0f}% of points won by the smallest or largest N.")
+      if key == "2" and d.get("window"):
+        lines.append(f"Each parabola fitted on the sizes within {d['window']} places of the "
+                     f"lowest observed loss.")
       if key == "2":
         lines += ["", "| C (FLOPs) | sizes | N_opt | D_opt | loss_min | status |",
                   "|---|---|---|---|---|---|"]

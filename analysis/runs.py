@@ -48,6 +48,8 @@ class Runs:
     source: the file the runs came from ("" when built in memory).
     has_budget_column: whether budgets came from the table (True) or were
       grouped from C (False).
+    weight: per-run weight in the fits (Approach 2's parabolas, Approach 3's
+      summed loss), shape (R,), >= 0; None: every run counts once.
   """
 
   N: np.ndarray
@@ -59,6 +61,7 @@ class Runs:
   n_failed: int = 0
   source: str = ""
   has_budget_column: bool = False
+  weight: np.ndarray | None = None
 
   @property
   def C(self) -> np.ndarray:
@@ -78,7 +81,8 @@ class Runs:
     curves = None if self.curves is None else tuple(self.curves[i] for i in idx)
     return dataclasses.replace(
         self, N=self.N[idx], D=self.D[idx], loss=self.loss[idx], budget=self.budget[idx],
-        run_id=tuple(self.run_id[i] for i in idx), curves=curves)
+        run_id=tuple(self.run_id[i] for i in idx), curves=curves,
+        weight=None if self.weight is None else self.weight[idx])
 
   def drop_highest_loss(self, k: int) -> "Runs":
     """The runs without the ``k`` highest losses (Besiroglu et al. 2024 drop 5)."""
@@ -119,7 +123,7 @@ def group_budgets(C: np.ndarray, rtol: float = BUDGET_GROUP_RTOL) -> np.ndarray:
 
 
 def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
-                     source: str = "", n_failed: int = 0) -> Runs:
+                     source: str = "", n_failed: int = 0, weight=None) -> Runs:
   """Builds :class:`Runs` from arrays, validating them.
 
   Args:
@@ -131,9 +135,11 @@ def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
     run_id: optional R identifiers; default "run{i}".
     source: name used in error messages.
     n_failed: failed runs to record.
+    weight: optional weight per run, shape (R,), finite and >= 0, not all 0.
 
   Raises:
-    ResultsError: empty input, mismatched lengths, or a NaN/non-positive value.
+    ResultsError: empty input, mismatched lengths, a NaN/non-positive value,
+      or a bad weight.
   """
   where = source or "input"
   arrays = {}
@@ -165,9 +171,15 @@ def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
     curve_tuple = tuple(check_curve(c, where, ids[i]) for i, c in enumerate(curves))
     if len(curve_tuple) != R:
       raise ResultsError(f"{where}: {len(curve_tuple)} eval curves for {R} runs")
+  weight_arr = None
+  if weight is not None:
+    weight_arr = np.asarray(weight, dtype=np.float64).reshape(-1)
+    if (weight_arr.shape[0] != R or np.any(~np.isfinite(weight_arr) | (weight_arr < 0))
+        or not np.any(weight_arr > 0)):
+      raise ResultsError(f"{where}: weight must have one finite value >= 0 per run, not all 0")
   return Runs(N=arrays["N"], D=arrays["D"], loss=arrays["loss"], budget=budget_arr, run_id=ids,
               curves=curve_tuple, n_failed=n_failed, source=source,
-              has_budget_column=has_budget)
+              has_budget_column=has_budget, weight=weight_arr)
 
 
 def check_curve(curve, where: str, rid: str) -> np.ndarray:

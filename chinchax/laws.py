@@ -267,13 +267,15 @@ PUBLISHED_LAWS: dict[str, Law] = {
         fit_range_flops=_CHINCHILLA_ISOFLOP_BUDGETS),
     "chinchilla-approach3": ParametricLaw(
         name="chinchilla-approach3", E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28,
-        source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3, Sec. 3.3 (rounded)",
+        source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3, Sec. 3.3 (rounded); "
+               "these rounded constants give N_opt about 20% below the paper's own Approach-3 "
+               "allocations (Table A3): use chinchilla-approach3-unrounded to reproduce them",
         fit_range_flops=_CHINCHILLA_FIG4_FLOPS),
     "chinchilla-approach3-unrounded": ParametricLaw(
         name="chinchilla-approach3-unrounded", E=1.69337368, A=406.401018, B=410.722827,
         alpha=0.33917084, beta=0.2849083,
         source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3, unrounded values from "
-               "the paper's source files",
+               "the paper's source files (they reproduce its Table A3 allocations)",
         fit_range_flops=_CHINCHILLA_FIG4_FLOPS),
     "epoch": ParametricLaw(
         name="epoch", E=1.817, A=482.01, B=2085.43, alpha=0.348, beta=0.366,

@@ -1,11 +1,15 @@
 """``chinchax fit``: fit scaling laws to a results table (front end of ``analysis.pipeline``).
 
     chinchax fit RESULTS [--approach 1|2|3|all] [--out DIR] [--bootstrap N] [--seed S]
+                         [--window K] [--loss huber|asymmetric] [--asymmetry F]
+                         [--huber-delta X] [--grid SPEC]
 
 RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
 or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
 ``fit.json`` (every number; the Approach-3 law as E, A, B, alpha, beta),
-``fit.md`` and the figures (PNG and SVG) into DIR.
+``fit.md`` and the figures (PNG and SVG) into DIR. Warnings on the fit (biased
+or undetermined parabolas, budgets left out, an optimum outside the start
+grid, ...) are printed as ``warning:`` lines and written into both files.
 
 Bad input, or an approach that the table cannot support when it was asked
 for explicitly, raises a ``UserError`` (``chinchax.cli.main``: one ``error:``
@@ -17,6 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from analysis.approach3 import HUBER_DELTA
+from analysis.approaches import LOSSES
 from analysis.errors import FitOptionError
 from analysis.pipeline import DEFAULT_JOBS, fit_results
 from chinchax import console
@@ -49,6 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--compare", action="append", default=None, metavar="LAW",
                  help="published law name or fit JSON to draw beside the fit (repeatable; "
                       f"default: {', '.join(laws.PUBLISHED_LAWS)})")
+  p.add_argument("--window", type=int, default=None, metavar="K",
+                 help="Approach 2: fit each parabola only on the K sizes either side of the "
+                      "lowest observed loss (default: all sizes); a narrow window removes the "
+                      "bias of wide IsoFLOP grids")
+  p.add_argument("--loss", default="huber", choices=LOSSES,
+                 help="Approach 3's loss: Chinchilla's Huber, or an asymmetric Huber that "
+                      "weighs runs the law under-predicts by --asymmetry")
+  p.add_argument("--asymmetry", type=float, default=2.0, metavar="F",
+                 help="factor of the asymmetric loss (default 2)")
+  p.add_argument("--huber-delta", type=float, default=HUBER_DELTA, metavar="X",
+                 help=f"Approach 3's Huber threshold (default {HUBER_DELTA:g}, Chinchilla's)")
+  p.add_argument("--grid", default=None, metavar="SPEC",
+                 help="Approach 3's start grid, e.g. 'alpha=0:1:11,beta=0:1:11' (NAME=lo:hi:count "
+                      "or NAME=v1/v2/...; NAME in logA, logB, logE, alpha, beta; others keep "
+                      "Chinchilla's 4500-start values); a figure 'starts' shows the objective "
+                      "over it")
   p.add_argument("--no-figures", action="store_true", help="skip the figures")
   p.add_argument("--quiet", action="store_true", help="print only errors")
   return p
@@ -61,6 +83,11 @@ def _check_counts(args: argparse.Namespace) -> None:
                            ("--min-budgets", args.min_budgets, 1)):
     if value < low:
       raise FitOptionError(f"{flag} must be >= {low}, got {value}")
+  if args.window is not None and args.window < 1:
+    raise FitOptionError(f"--window must be >= 1, got {args.window}")
+  for flag, value in (("--asymmetry", args.asymmetry), ("--huber-delta", args.huber_delta)):
+    if not value > 0:
+      raise FitOptionError(f"{flag} must be > 0, got {value}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,5 +106,8 @@ def main(argv: list[str] | None = None) -> int:
   fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,
               seed=args.seed, n_jobs=args.jobs, drop_highest_loss=args.drop_highest_loss,
               min_budgets=args.min_budgets, compare=args.compare, figures=not args.no_figures,
-              log=None if args.quiet else console.say)
+              log=None if args.quiet else console.say,
+              warn=(lambda msg: None) if args.quiet else console.warn, window=args.window,
+              huber_delta=args.huber_delta, loss=args.loss, asymmetry=args.asymmetry,
+              grid=args.grid)
   return 0
