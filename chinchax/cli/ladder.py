@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
   if config.ladder.fit and console.primary():
     try:
       fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=config.ladder.bootstrap,
-                               log=console.say)
+                               log=console.say, warn=console.warn)
     except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
       console.warn(f"could not fit the table {table}: {e}")
   return 0
