@@ -211,6 +211,33 @@ class Transformer(nnx.Module):
                       preferred_element_type=jnp.float32)
 
 
+# Every parameter's role, by its leaf name: the weight-decay mask (chinchax.train.optim) reads
+# roles, never ranks, since stacking layers (scan_layers) gives norm scales a leading axis.
+PARAM_ROLES = {
+    "embed_VD": "embedding", "head_DV": "embedding",
+    "wq_DHK": "matrix", "wk_DHK": "matrix", "wv_DHK": "matrix", "wo_HKD": "matrix",
+    "w_gate_DF": "matrix", "w_up_DF": "matrix", "w_down_FD": "matrix",
+    "scale": "norm",
+}
+
+
+def param_role(path) -> str:
+  """The role of the parameter at pytree ``path``: "embedding", "matrix" or "norm".
+
+  Decided by the parameter's own (last) name, so the unscanned layout
+  (``blocks/0/attn_norm/scale`` [D]) and the scanned one (``blocks/attn_norm/scale``
+  [L, D]) agree.
+
+  Raises:
+    KeyError: a parameter absent from :data:`PARAM_ROLES` (a new parameter must be given a role).
+  """
+  names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+  names = [n for n in names if isinstance(n, str) and n != "value"]
+  if not names or names[-1] not in PARAM_ROLES:
+    raise KeyError(f"parameter {'/'.join(map(str, names))!r} has no role in model.PARAM_ROLES")
+  return PARAM_ROLES[names[-1]]
+
+
 def count_params(model: nnx.Module) -> budget.ParamCounts:
   """Counts the built model's parameters: total, non-embedding, embedding (see budget.ParamCounts)."""
   params = nnx.state(model, nnx.Param)

@@ -170,3 +170,30 @@ def test_resume_after_sigkill_is_bitwise_identical(small_corpus, store_root, tmp
   assert b["final_eval_loss"] == a["final_eval_loss"]
   # Same data order: every step's loss equals the uninterrupted run's (same batches).
   assert _losses(run) == _losses(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+@pytest.mark.parametrize("decay_embeddings", [False, True])
+def test_weight_decay_mask_by_role(scan_layers, decay_embeddings):
+  """Norm scales never decay, matrices always, embeddings as asked: in both layer layouts."""
+  c = config_lib.get_variant("tiny")
+  c.model.update(scan_layers=scan_layers, tie_embeddings=False)
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  params = program.abstract_state["params"]
+  mask = train_lib.weight_decay_mask(params, decay_embeddings)
+  key = lambda p: "/".join(str(k.key if hasattr(k, "key") else getattr(k, "idx", ""))  # noqa: E731
+                           for k in p if not hasattr(k, "name"))
+  flat = {key(p): v for p, v in jax.tree_util.tree_flatten_with_path(mask)[0]}
+  norms = [k for k in flat if k.endswith("scale")]
+  assert len(norms) == (2 + 1 if scan_layers else 2 * c.model.n_layers + 1)
+  if scan_layers:  # stacked: the block norms are [L, D]
+    shapes = {key(p): x.shape for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+    assert shapes["blocks/attn_norm/scale"] == (c.model.n_layers, c.model.d_model)
+  for k, v in flat.items():
+    if k.endswith("scale"):
+      assert v is False, k
+    elif k in ("embed_VD", "head_DV"):
+      assert v is decay_embeddings, k
+    else:
+      assert v is True, k
