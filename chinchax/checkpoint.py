@@ -13,6 +13,7 @@ import json
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from chinchax import errors
@@ -103,6 +104,18 @@ class Checkpointer:
   def wait_and_close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def all_finite(tree) -> bool:
+  """True when every floating-point array of ``tree`` is free of NaN and Inf (one device reduction)."""
+  return bool(jax.device_get(_all_finite(tree)))
 
 
 def _path_str(path) -> str:

@@ -77,6 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.keep_checkpoints = 2          # checkpoints kept in the workdir
   t.peak_flops_per_device = 0.0   # FLOP/s peak for MFU; 0 = known accelerator table or CPU matmul calibration
   t.progress = True               # tqdm progress bar on process 0
+  t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
 
   c.budget = b = ml_collections.ConfigDict()
   b.mode = "tokens_per_param"     # tokens_per_param | flops | tokens | steps: how D is set
@@ -424,6 +425,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   _check_choice(m.remat, REMAT_POLICIES, "model.remat")
   if not isinstance(m.scan_layers, bool):
     raise ConfigError(f"model.scan_layers={m.scan_layers!r} must be True or False")
+  if not isinstance(t.stop_on_nonfinite, bool):
+    raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
 
   _check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:

@@ -197,3 +197,36 @@ def test_weight_decay_mask_by_role(scan_layers, decay_embeddings):
       assert v is decay_embeddings, k
     else:
       assert v is True, k
+
+
+@pytest.mark.parametrize("checkpoint_every, first_bad, stopped_at, kept", [
+    (5, "at step 8", 10, [5]),  # the loss of step 8 is NaN, seen at the check of step 10
+    (7, "after step 7", 7, []),  # the state after step 7 is NaN, seen before its save
+])
+def test_divergence_stops_and_keeps_the_last_finite_checkpoint(
+    tiny_config, monkeypatch, checkpoint_every, first_bad, stopped_at, kept):
+  from chinchax.train import step as step_lib
+  make = step_lib.make_train_step
+
+  def poisoned(*a):
+    inner = make(*a)
+
+    def train_step(state, batch):
+      state, m = inner(state, batch)
+      bad = state["step"] == 7
+      state["params"] = jax.tree.map(lambda p: jnp.where(bad, jnp.nan, p), state["params"])
+      return state, m
+    return train_step
+
+  monkeypatch.setattr(step_lib, "make_train_step", poisoned)
+  c = tiny_config
+  c.train.update(checkpoint_every=checkpoint_every, log_every=100, eval_every=100)
+  with pytest.raises(train_lib.Diverged, match=f"{first_bad}.*stopped at step {stopped_at}") as e:
+    train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  assert "\n" not in str(e.value)
+  ckpts = pathlib.Path(c.workdir) / "checkpoints"
+  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == kept
+  # Off: the run goes on to its end (the old behaviour), with one warning.
+  c.workdir = c.workdir + "-off"
+  c.train.stop_on_nonfinite = False
+  assert math.isnan(train_lib.train(c, devices=jax.devices()[:1], verbose=False)["final_train_loss"])

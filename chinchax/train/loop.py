@@ -20,6 +20,7 @@ from chinchax import budget
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
+from chinchax import errors
 from chinchax import sharding as sharding_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
@@ -28,6 +29,14 @@ from chinchax.train import mfu
 from chinchax.train import spec as spec_lib
 from chinchax.train import step as step_lib
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
+
+
+class Diverged(errors.UserError):
+  """The training loss or gradient norm became NaN/Inf (``train.stop_on_nonfinite``).
+
+  The message names the first non-finite step and the last checkpoint, which
+  holds a finite state; nothing non-finite was saved.
+  """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +107,27 @@ class _StepLog:
     self.compile_s = None
     self._pending = None
     self._window_t0, self._window_steps = time.perf_counter(), 0
+    self._unchecked = []  # (step, loss, grad_norm) device scalars since the last finiteness check
+    self.nonfinite_at = None  # (step, loss, grad_norm) of the first non-finite step seen
+    self.warned_nonfinite = False
+
+  def watch(self, step_no: int, metrics) -> None:
+    """Keeps step ``step_no``'s loss and grad norm (device scalars: no wait) for :meth:`check`."""
+    self._unchecked.append((step_no, metrics["loss"], metrics["grad_norm"]))
+
+  def check(self):
+    """(step, loss, grad_norm) of the first non-finite step so far, or None.
+
+    Fetches the scalars kept since the last call in one transfer: called at log
+    and checkpoint steps, where the loop waits for the device anyway.
+    """
+    rows, self._unchecked = self._unchecked, []
+    if self.nonfinite_at is None and rows:
+      for step_no, loss, grad_norm in jax.device_get(rows):
+        if not (math.isfinite(float(loss)) and math.isfinite(float(grad_norm))):
+          self.nonfinite_at = (step_no, float(loss), float(grad_norm))
+          break
+    return self.nonfinite_at
 
   @property
   def last_train_loss(self) -> float:
@@ -179,31 +209,70 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     t_dispatch = time.perf_counter()
     state, metrics = program.step(state, program.global_batch(local_batch))
     log.stepped(state, t_dispatch)
+    log.watch(step + 1, metrics)
     done = step + 1
     is_last = done == spec.steps
     is_eval = done % t.eval_every == 0 or is_last or done in eval_at
     if done % t.log_every == 0 or is_eval:
       jax.block_until_ready(metrics["loss"])
       extra = log.speed()
+      log.defer(done, metrics, extra)  # written at the next step: eval fills ``extra`` first
+      _check_finite(config, log, ckpt, done)
       if is_eval:
         log.eval_loss = _evaluate(program, state["params"], data.evals)
         extra["eval_loss"] = log.eval_loss
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
-      log.defer(done, metrics, extra)
       if is_last or done % t.checkpoint_every == 0:
+        _check_finite(config, log, ckpt, done, state)
         ckpt.save(done, state, force=is_last)
       log.restart_window()
     elif done % t.checkpoint_every == 0:
+      _check_finite(config, log, ckpt, done, state)
       ckpt.save(done, state)
     if not is_last and distributed_lib.reached_preemption(done):
       log.flush()
       if ckpt.latest_step() != done:
+        _check_finite(config, log, ckpt, done, state)
         ckpt.save(done, state, force=True)
       _shut_down(ckpt, log)
       say(f"preempted at step {done}: checkpoint saved in {ckpt.directory}")
       raise distributed_lib.Preempted(done, str(ckpt.directory.parent))
   _shut_down(ckpt, log)
   return state
+
+
+def _check_finite(config, log: _StepLog, ckpt: checkpoint_lib.Checkpointer, done: int,
+                  state=None) -> None:
+  """Stops the run at a non-finite loss or grad norm, or (``state`` given, before a save) params.
+
+  With ``train.stop_on_nonfinite`` False it warns once and lets the run go on.
+
+  Raises:
+    Diverged: after the rows so far are written and the pending (finite)
+      checkpoint writes have finished; the non-finite state is not saved.
+  """
+  bad = log.check()
+  what = None
+  if bad is not None:
+    step_no, loss, grad_norm = bad
+    what = f"the loss is {loss} (grad norm {grad_norm}) at step {step_no}"
+  elif state is not None and not checkpoint_lib.all_finite(state["params"]):
+    what = f"the parameters after step {done} hold NaN/Inf"
+  if what is None:
+    return
+  if not config.train.stop_on_nonfinite:
+    if not log.warned_nonfinite:
+      log.warned_nonfinite = True
+      console.warn(f"{what}; training goes on (train.stop_on_nonfinite=False)",
+                   enabled=jax.process_index() == 0)
+    return
+  _shut_down(ckpt, log)
+  last = ckpt.latest_step()
+  kept = (f"the last checkpoint, step {last} in {ckpt.directory}, holds a finite state"
+          if last is not None else "no checkpoint was saved before it")
+  raise Diverged(f"training diverged: {what} (stopped at step {done}, nothing non-finite saved; "
+                 f"{kept}); lower train.peak_lr, raise train.warmup_steps or set train.grad_clip,"
+                 f" and start in another workdir")
 
 
 def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
@@ -270,6 +339,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     ConfigError: invalid config (before any data is read).
     DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
     CheckpointError: the workdir's checkpoint does not match the config's model.
+    Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
       boundary after a checkpoint was saved (see ``chinchax.distributed``).
   """
