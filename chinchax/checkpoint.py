@@ -3,8 +3,11 @@
 Saves are asynchronous every ``checkpoint_every`` steps and at the end; the
 latest ``keep_checkpoints`` are kept. Restore targets carry the shardings of
 the current mesh, so the state lands directly sharded. ``config.json`` in the
-workdir records the model of the run; a restart whose model differs is refused
-before anything is overwritten.
+workdir records the run: its config, model signature and data signature (the
+tokenizer's sha256 and the corpus fingerprint). A restart whose model, data or
+any of :data:`RESUME_KEYS` differs is refused before anything is overwritten;
+so is a workdir holding checkpoints but no ``config.json`` (what they were
+trained with cannot be checked, and cannot be rebuilt from the arrays alone).
 """
 
 from __future__ import annotations
@@ -20,19 +23,31 @@ from chinchax import errors
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
               "scan_layers")
-# Knobs that decide the data order, the schedule or the budget: a resume must keep them, or the
-# run would silently become another run. (Mesh, dtype, attention kernel and remat may change.)
+# Knobs that decide the function trained, the data order, the schedule or the budget: a resume
+# must keep them, or the run would silently become another run. (Mesh, dtype, attention kernel
+# and remat may change.) data.tokenizer_path is checked by the tokenizer's content hash and the
+# corpus by its fingerprint (DATA_SIGNATURE), not by their paths or globs.
 RESUME_KEYS = (
     "seed",
+    "model.rope_theta", "model.norm_eps", "model.init_std",
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
     "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
     "budget.n_kind",
     "data.source", "data.paths", "data.text_field", "data.txt_documents", "data.tokenizer",
-    "data.val_fraction",
+    "data.eos_token", "data.bpe_vocab_size", "data.decode_errors", "data.hf_name",
+    "data.hf_config", "data.hf_split", "data.val_fraction",
     "data.allow_repeat",
 )
+
+
+# config.json's "data_signature": what the run reads, by content. (name, what a change means)
+DATA_SIGNATURE = {
+    "tokenizer_sha256": "data.tokenizer_path (or data.tokenizer) names a tokenizer with other "
+                        "contents",
+    "store_fingerprint": "the corpus (data.paths / data.source) has other documents or contents",
+}
 
 
 class CheckpointError(errors.UserError):
@@ -143,22 +158,70 @@ def _model_signature(config, vocab_size: int | None = None) -> dict:
   return sig
 
 
-def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = None) -> None:
-  """Refuses to resume in ``workdir`` with a model that differs from the one saved there.
+def _saved_steps(workdir: pathlib.Path) -> list[int]:
+  ckpts = pathlib.Path(workdir) / "checkpoints"
+  try:
+    return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+  except (FileNotFoundError, NotADirectoryError):
+    return []
+
+
+def _saved_run(workdir: pathlib.Path) -> dict | None:
+  """config.json of a workdir that holds checkpoints; None when there is no checkpoint.
+
+  Raises:
+    CheckpointError: checkpoints without a readable config.json.
+  """
+  steps = _saved_steps(workdir)
+  if not steps:
+    return None
+  path = pathlib.Path(workdir) / "config.json"
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError) as e:
+    why = "no config.json" if isinstance(e, FileNotFoundError) else f"an unreadable {path.name} ({e})"
+    raise CheckpointError(
+        f"workdir {workdir} holds checkpoints (steps {', '.join(map(str, steps))}) but {why}, so "
+        f"the settings they were trained with cannot be checked; put the run's config.json back, "
+        f"or use another workdir") from None
+
+
+def check_data_signature(workdir: pathlib.Path, key: str, value: str,
+                         payload: dict | None = None) -> None:
+  """Refuses to resume when the saved ``data_signature[key]`` (see :data:`DATA_SIGNATURE`) differs.
+
+  Raises:
+    CheckpointError: naming the setting and both hashes; nothing is written.
+  """
+  payload = _saved_run(workdir) if payload is None else payload
+  saved = (payload or {}).get("data_signature", {}).get(key)
+  if saved is not None and saved != value:
+    raise CheckpointError(
+        f"workdir {workdir} holds a run trained on other data: {DATA_SIGNATURE[key]} "
+        f"({key} {value[:16]}, saved {saved[:16]}); use another workdir, or the saved data")
+
+
+def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = None,
+                     tokenizer_sha256: str | None = None) -> None:
+  """Refuses to resume in ``workdir`` with a model, data or settings that differ from its run.
 
   Args:
     workdir: the run directory.
     config: the run's config.
     vocab_size: the resolved vocab size (``model.vocab_size``, or the
       tokenizer's when that is 0); None skips the check for ``vocab_size=0``.
+    tokenizer_sha256: the tokenizer's content hash (None: not known yet, as for
+      a BPE still to be trained; the corpus fingerprint covers it).
   Raises:
-    CheckpointError: naming each mismatched field (saved vs config), and for
-      the vocab size the saved and current tokenizers.
+    CheckpointError: checkpoints but no config.json; or naming each mismatched
+      field (saved vs config), for the vocab size the saved and current
+      tokenizers, for the tokenizer its content hash.
   """
-  path = pathlib.Path(workdir) / "config.json"
-  if not path.exists() or not (pathlib.Path(workdir) / "checkpoints").exists():
+  payload = _saved_run(workdir)
+  if payload is None:
     return
-  payload = json.loads(path.read_text())
+  if tokenizer_sha256 is not None:
+    check_data_signature(workdir, "tokenizer_sha256", tokenizer_sha256, payload)
   saved = payload.get("model_signature", {})
   now = _model_signature(config, vocab_size)
   for k, v in saved.items():
@@ -193,11 +256,13 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
         f"change it: {', '.join(changed)}. Use another workdir, or the saved settings")
 
 
-def write_run_config(workdir: pathlib.Path, config, spec) -> None:
-  """Writes ``config.json``: the full config, the resolved model signature and budget."""
+def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict | None = None) -> None:
+  """Writes ``config.json``: the full config, the resolved model signature, the data
+  signature (keys of :data:`DATA_SIGNATURE`) and the budget."""
   payload = {
       "config": json.loads(config.to_json_best_effort()),
       "model_signature": _model_signature(config, spec.model.vocab_size),
+      "data_signature": dict(data_signature or {}),
       "budget": {"N": spec.n_params, "n_kind": spec.n_kind, "D": spec.tokens,
                  "steps": spec.steps, "C_6nd": spec.flops_6nd},
   }

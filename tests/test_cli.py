@@ -97,3 +97,51 @@ def test_resume_with_changed_run_settings_is_refused(capsys, tmp_path, small_cor
   assert "train.peak_lr=0.01 (saved 0.003)" in err[0] and "seed=7 (saved 0)" in err[0], err
   after = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.is_file()}
   assert after == before
+
+
+def test_resume_with_changed_model_data_or_missing_config_is_refused(capsys, tmp_path, small_corpus):
+  """rope_theta, norm_eps, a changed corpus under the same glob, a lost config.json: one error
+  line each, before the token store is built, and nothing in the workdir or store root changes."""
+  import shutil
+  corpus = tmp_path / "corpus"
+  shutil.copytree(small_corpus, corpus)
+  flags = ["--config.budget.steps=4", "--config.train.checkpoint_every=2",
+           "--config.train.eval_every=4", "--config.train.peak_flops_per_device=1e9"]
+  rc, err = _train(capsys, tmp_path, *flags, corpus=f"{corpus}/*.txt")
+  assert rc == 0, err
+
+  def files():
+    return {p: p.stat().st_mtime_ns for root in (tmp_path / "run", tmp_path / "stores")
+            for p in root.rglob("*")}
+
+  before = files()
+  for extra, needle in [(["--config.model.rope_theta=500.0"], "model.rope_theta=500.0 (saved 10000.0)"),
+                        (["--config.model.norm_eps=1e-05"], "model.norm_eps=1e-05 (saved 1e-06)")]:
+    rc, err = _train(capsys, tmp_path, *flags, *extra, corpus=f"{corpus}/*.txt")
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+  (corpus / "zz_new.txt").write_text("another document, matching the same glob\n" * 50)
+  rc, err = _train(capsys, tmp_path, *flags, corpus=f"{corpus}/*.txt")
+  assert rc == 2 and len(err) == 1 and "the corpus" in err[0] and "other documents" in err[0], err
+  (corpus / "zz_new.txt").unlink()
+  assert files() == before
+  (tmp_path / "run" / "config.json").rename(tmp_path / "config.json.moved")
+  rc, err = _train(capsys, tmp_path, *flags, corpus=f"{corpus}/*.txt")
+  assert rc == 2 and len(err) == 1 and "but no config.json" in err[0], err
+  (tmp_path / "config.json.moved").rename(tmp_path / "run" / "config.json")
+  rc, err = _train(capsys, tmp_path, *flags, corpus=f"{corpus}/*.txt")  # unchanged: resumes
+  assert rc == 0, err
+
+
+def test_resume_with_another_tokenizer_file_is_refused(tmp_path):
+  """data.tokenizer_path is compared by content: another tokenizer.json of the same vocab size."""
+  import ml_collections
+  from chinchax import checkpoint, config as config_lib
+  c = config_lib.get_variant("tiny")
+  (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+  spec = ml_collections.ConfigDict(dict(model=dict(vocab_size=257), n_params=1, n_kind="total",
+                                        tokens=1, steps=1, flops_6nd=1.0))
+  checkpoint.write_run_config(tmp_path, c, spec, {"tokenizer_sha256": "a" * 64,
+                                                  "store_fingerprint": "b" * 64})
+  checkpoint.check_compatible(tmp_path, c, 257, tokenizer_sha256="a" * 64)
+  with pytest.raises(checkpoint.CheckpointError, match="data.tokenizer_path.*other contents"):
+    checkpoint.check_compatible(tmp_path, c, 257, tokenizer_sha256="c" * 64)

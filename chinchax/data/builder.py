@@ -195,7 +195,7 @@ def trained_bpe(source, spec, store_root: pathlib.Path, fp: str, val_fraction: f
 
 def build(source, tokenizer, store_root: str, val_fraction: float, *,
           decode_errors: str = "replace", workers: int = 1, shard_mb: float = 4.0,
-          progress: bool = False) -> pathlib.Path:
+          progress: bool = False, on_scan=None) -> pathlib.Path:
   """Builds (or finds, or resumes) the token store for (source, tokenizer).
 
   Args:
@@ -208,6 +208,8 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
     workers: tokenizer processes; 1 tokenizes here, 0 = :func:`default_workers`.
     shard_mb: MB of text per shard (the unit of parallel work and of resuming).
     progress: show tqdm progress bars (stderr).
+    on_scan: called with the corpus fingerprint after the scan, before a
+      tokenizer is trained or anything is written (the trainer's resume check).
   Returns:
     the store directory (complete: it has a manifest).
   Raises:
@@ -223,6 +225,8 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
     raise sources_lib.DataError(f"corpus {source.describe()} has no non-empty document "
                                 f"({info.documents} documents read)")
   fp = info.fingerprint
+  if on_scan is not None:
+    on_scan(fp)
   root = pathlib.Path(os.path.expanduser(store_root))
   timings = {"scan_s": time.perf_counter() - t0, "tokenizer_train_s": 0.0}
   if isinstance(tokenizer, tokenizers_lib.BPESpec):
@@ -427,8 +431,10 @@ def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Pa
   return counts, documents, store_lib.hash_parts(tokenizer.dtype, parts)
 
 
-def prepare(data_cfg, *, progress: bool = False) -> pathlib.Path:
+def prepare(data_cfg, *, progress: bool = False, on_scan=None) -> pathlib.Path:
   """Builds (or finds) the store ``config.data`` describes; returns its directory.
+
+  ``on_scan``: see :func:`build`.
 
   Raises:
     DataError: bad source, field, tokenizer file or empty corpus (before tokenizing).
@@ -437,7 +443,7 @@ def prepare(data_cfg, *, progress: bool = False) -> pathlib.Path:
   tokenizer = tokenizers_lib.make_tokenizer(data_cfg)
   return build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
                decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
-               shard_mb=data_cfg.shard_mb, progress=progress)
+               shard_mb=data_cfg.shard_mb, progress=progress, on_scan=on_scan)
 
 
 def report(directory: pathlib.Path) -> str:

@@ -25,6 +25,7 @@ from chinchax import sharding as sharding_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
+from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.train import mfu
 from chinchax.train import spec as spec_lib
 from chinchax.train import step as step_lib
@@ -63,7 +64,8 @@ class RunData:
     return store_lib.bits_per_byte(nats, self.val_split.n_tokens, self.val_split.n_bytes)
 
 
-def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = None) -> RunData:
+def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = None,
+                 on_scan=None) -> RunData:
   """Builds/loads the store and the train/eval pipelines; raises DataError before any compile.
 
   In a multi-process run process 0 builds the token store first while the others
@@ -73,10 +75,13 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
   Args:
     rows: the rows [r0, r1) of every global train and eval batch this process
       reads (default: an equal contiguous share by process index).
+    on_scan: called with the corpus fingerprint before the store is built
+      (``builder.build``).
   """
   with distributed_lib.process_zero_first("chinchax:token-store"):
     directory = builder_lib.prepare(
-        config.data, progress=config.train.progress and jax.process_index() == 0)
+        config.data, progress=config.train.progress and jax.process_index() == 0,
+        on_scan=on_scan)
   train_split = store_lib.TokenSplit(directory, "train")
   val_split = store_lib.TokenSplit(directory, "val")
   if rows is None:
@@ -349,13 +354,17 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   devices = list(jax.devices() if devices is None else devices)
   spec = spec_lib.resolve(config, len(devices))
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
-  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size)
+  tokenizer = tokenizers_lib.make_tokenizer(config.data)
+  tokenizer_sha256 = getattr(tokenizer, "digest", None)  # a BPE still to train has none yet
+  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
+                                  tokenizer_sha256=tokenizer_sha256)
   say(spec_lib.describe(spec, config, len(devices)))
 
   mesh = sharding_lib.make_mesh(spec.mesh, devices)
   rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
                                            spec.global_batch_size)
-  data = prepare_data(config, spec, rows)
+  data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
+      workdir, "store_fingerprint", fp))
   say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
       f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs")
   unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
@@ -367,7 +376,10 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   state, resumed = _restore_or_init(ckpt, program)
   start_step = int(jax.device_get(state["step"]))
   if primary:
-    checkpoint_lib.write_run_config(workdir, config, spec)
+    manifest = data.train_split.manifest
+    checkpoint_lib.write_run_config(workdir, config, spec, {
+        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "store_fingerprint": manifest["fingerprint"]})
   if resumed:
     say(f"resumed from checkpoint at step {start_step} in {workdir}")
 
