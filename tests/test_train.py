@@ -230,3 +230,61 @@ def test_divergence_stops_and_keeps_the_last_finite_checkpoint(
   c.workdir = c.workdir + "-off"
   c.train.stop_on_nonfinite = False
   assert math.isnan(train_lib.train(c, devices=jax.devices()[:1], verbose=False)["final_train_loss"])
+
+
+def _damage(step_dir: pathlib.Path, how: str) -> None:
+  import shutil
+  item = step_dir / "default"
+  data = [f for f in item.rglob("*") if f.is_file() and f.parent.name == "d"]
+  if how == "overwritten":  # same size, other bytes: restores without an orbax error
+    for f in data:
+      b = bytearray(f.read_bytes())
+      b[len(b) // 2:len(b) // 2 + 64] = bytes(range(7, 71))
+      f.write_bytes(bytes(b))
+  elif how == "truncated":
+    for f in data:
+      f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 3])
+  elif how == "no default/":
+    shutil.rmtree(item)
+  elif how == "no _METADATA":
+    (item / "_METADATA").unlink()
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(small_corpus, store_root, tmp_path_factory):
+  """A finished 20-step tiny run with intact checkpoints at steps 10 and 20."""
+  c = config_lib.get_variant("tiny")
+  c.workdir = str(tmp_path_factory.mktemp("ckpts") / "run")
+  c.data.update(source="files", paths=str(small_corpus / "*.txt"), store_root=str(store_root),
+                val_fraction=0.1)
+  c.mesh.num_cpu_devices = 0
+  c.train.update(checkpoint_every=10, keep_checkpoints=3)
+  train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  return c
+
+
+@pytest.mark.parametrize("how", ["overwritten", "truncated", "no default/", "no _METADATA"])
+def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact_one(two_checkpoints, tmp_path,
+                                                                       capsys, how):
+  import shutil
+  from chinchax import checkpoint as checkpoint_lib
+  c = two_checkpoints
+  run = tmp_path / "run"
+  shutil.copytree(c.workdir, run)
+  _damage(run / "checkpoints" / "20", how)
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  ckpt = checkpoint_lib.Checkpointer(run / "checkpoints", 10, 3)
+  state = ckpt.restore_latest(program.abstract_state, program.shardings)
+  assert int(state["step"]) == 10
+  err = capsys.readouterr().err
+  assert "warning: the checkpoint at step 20" in err and "different model shape" not in err, err
+  assert (run / "checkpoints-unusable" / "20").is_dir()  # set aside, not deleted
+  assert (run / "checkpoints" / "10").is_dir() and not (run / "checkpoints" / "20").exists()
+  ckpt.wait_and_close()
+  if how == "overwritten":  # and the run resumes from step 10 to its end
+    c2 = c.copy_and_resolve_references()
+    c2.workdir = str(run)
+    summary = train_lib.train(c2, devices=jax.devices()[:1], verbose=False)
+    assert summary["resumed"] and summary["steps"] == 20 and math.isfinite(summary["final_eval_loss"])
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "20"]

@@ -354,13 +354,15 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   devices = list(jax.devices() if devices is None else devices)
   spec = spec_lib.resolve(config, len(devices))
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
+  mesh = sharding_lib.make_mesh(spec.mesh, devices)
+  program = step_lib.build_program(config, spec, mesh)  # shapes and jit wrappers: no compile yet
   tokenizer = tokenizers_lib.make_tokenizer(config.data)
   tokenizer_sha256 = getattr(tokenizer, "digest", None)  # a BPE still to train has none yet
   checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
-                                  tokenizer_sha256=tokenizer_sha256)
+                                  tokenizer_sha256=tokenizer_sha256,
+                                  abstract_state=program.abstract_state)
   say(spec_lib.describe(spec, config, len(devices)))
 
-  mesh = sharding_lib.make_mesh(spec.mesh, devices)
   rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
                                            spec.global_batch_size)
   data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
@@ -370,7 +372,6 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
 
   workdir.mkdir(parents=True, exist_ok=True)
-  program = step_lib.build_program(config, spec, mesh)
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
                                      config.train.keep_checkpoints)
   state, resumed = _restore_or_init(ckpt, program)
