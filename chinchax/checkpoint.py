@@ -22,6 +22,7 @@ import orbax.checkpoint as ocp
 
 from chinchax import console
 from chinchax import errors
+from chinchax import paths as paths_lib
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
               "scan_layers")
@@ -83,11 +84,31 @@ class Checkpointer:
   def save(self, step: int, state, force: bool = False) -> bool:
     """Starts an async save of ``state`` at ``step`` if the interval (or ``force``) says so,
     and records the state's checksums."""
-    sums = state_sums(state) if force or self.manager.should_save(step) else None
-    saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
-    if saved and sums is not None:
+    if not (force or self.manager.should_save(step)):
+      return False
+    try:
+      paths_lib.check_writable_dir(self.directory, "checkpoint directory")
+    except paths_lib.PathError as e:
+      raise CheckpointError(f"{e}: cannot save step {step}; {self._last_complete()}") from None
+    sums = state_sums(state)
+    try:
+      saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+    except Exception as e:  # noqa: BLE001 — orbax reports a failed earlier async write here
+      raise CheckpointError(f"saving the checkpoint of step {step} in {self.directory} failed "
+                            f"({_first_line(e)}); {self._last_complete()}") from None
+    if saved:
       self._record_sums(step, sums)
     return saved
+
+  def _last_complete(self) -> str:
+    """Where the newest complete checkpoint is, in words (after pending writes end)."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception:  # noqa: BLE001 — the failed write is reported by the caller
+      pass
+    steps = _saved_steps(self.directory.parent, self.directory.name)
+    return (f"the last complete checkpoint is step {steps[-1]} in {self.directory}" if steps
+            else "no checkpoint is complete")
 
   def _saved_sums(self) -> dict:
     try:
@@ -128,7 +149,7 @@ class Checkpointer:
         try:
           state = self.manager.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # noqa: BLE001 — orbax / tensorstore: any read failure
-          raise _Unusable(f"unreadable: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+          raise _Unusable(f"unreadable: {_first_line(e)}") from None
         self._verify(step, state)
       except _Unusable as e:
         unusable.append((step, str(e)))
@@ -179,8 +200,26 @@ class Checkpointer:
     check_shapes(self.directory, step, abstract_state)
 
   def wait_and_close(self) -> None:
-    self.manager.wait_until_finished()
-    self.manager.close()
+    """Waits for pending writes and closes the manager.
+
+    Raises:
+      CheckpointError: a pending write failed (e.g. the directory turned read-only).
+    """
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 — orbax / tensorstore write errors
+      raise CheckpointError(f"writing a checkpoint in {self.directory} failed ({_first_line(e)});"
+                            f" {self._last_complete()}") from None
+    finally:
+      try:
+        self.manager.close()
+      except Exception:  # noqa: BLE001 — already reported above
+        pass
+
+
+def _first_line(e: Exception) -> str:
+  text = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {text[0][:200] if text else ''}"
 
 
 @jax.jit
@@ -275,11 +314,12 @@ def _model_signature(config, vocab_size: int | None = None) -> dict:
   return sig
 
 
-def _saved_steps(workdir: pathlib.Path) -> list[int]:
-  ckpts = pathlib.Path(workdir) / "checkpoints"
+def _saved_steps(workdir: pathlib.Path, name: str = "checkpoints") -> list[int]:
+  """Steps of the complete checkpoints in ``workdir/name`` (orbax renames a step into place)."""
+  ckpts = pathlib.Path(workdir) / name
   try:
     return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
-  except (FileNotFoundError, NotADirectoryError):
+  except OSError:
     return []
 
 

@@ -48,6 +48,7 @@ import time
 import numpy as np
 
 from chinchax import console
+from chinchax import paths as paths_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -438,7 +439,9 @@ def prepare(data_cfg, *, progress: bool = False, on_scan=None) -> pathlib.Path:
 
   Raises:
     DataError: bad source, field, tokenizer file or empty corpus (before tokenizing).
+    PathError: ``data.store_root`` cannot be written, or a corpus file read (before the scan).
   """
+  paths_lib.check_writable_dir(data_cfg.store_root, "data.store_root")
   source = sources_lib.make_source(data_cfg)
   tokenizer = tokenizers_lib.make_tokenizer(data_cfg)
   return build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,

@@ -21,6 +21,7 @@ from chinchax import checkpoint as checkpoint_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
 from chinchax import errors
+from chinchax import paths as paths_lib
 from chinchax import sharding as sharding_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
@@ -228,22 +229,36 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
         extra["eval_loss"] = log.eval_loss
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
       if is_last or done % t.checkpoint_every == 0:
-        _check_finite(config, log, ckpt, done, state)
-        ckpt.save(done, state, force=is_last)
+        _save(config, log, ckpt, done, state, force=is_last)
       log.restart_window()
     elif done % t.checkpoint_every == 0:
-      _check_finite(config, log, ckpt, done, state)
-      ckpt.save(done, state)
+      _save(config, log, ckpt, done, state)
     if not is_last and distributed_lib.reached_preemption(done):
       log.flush()
       if ckpt.latest_step() != done:
-        _check_finite(config, log, ckpt, done, state)
-        ckpt.save(done, state, force=True)
+        _save(config, log, ckpt, done, state, force=True)
       _shut_down(ckpt, log)
       say(f"preempted at step {done}: checkpoint saved in {ckpt.directory}")
       raise distributed_lib.Preempted(done, str(ckpt.directory.parent))
   _shut_down(ckpt, log)
   return state
+
+
+def _save(config, log: _StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, state,
+          force: bool = False) -> None:
+  """Checks the state is finite, then starts its save (at the interval, or ``force``).
+
+  Raises:
+    Diverged: see :func:`_check_finite`.
+    CheckpointError: the checkpoint directory cannot be written; the metric
+      rows so far are written and the logs closed first.
+  """
+  _check_finite(config, log, ckpt, done, state)
+  try:
+    ckpt.save(done, state, force=force)
+  except checkpoint_lib.CheckpointError:
+    log.close()
+    raise
 
 
 def _check_finite(config, log: _StepLog, ckpt: checkpoint_lib.Checkpointer, done: int,
@@ -283,8 +298,10 @@ def _check_finite(config, log: _StepLog, ckpt: checkpoint_lib.Checkpointer, done
 def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
   """Writes the last row, waits for checkpoint writes, closes the logs and the bar."""
   log.flush()
-  ckpt.wait_and_close()
-  log.close()
+  try:
+    ckpt.wait_and_close()
+  finally:
+    log.close()
 
 
 def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final_step: int,
@@ -343,6 +360,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   Raises:
     ConfigError: invalid config (before any data is read).
     DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
+    PathError: the workdir or store root cannot be written, or a corpus file
+      read (before the token store is built).
     CheckpointError: the workdir's checkpoint does not match the config's model.
     Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
@@ -354,6 +373,10 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   devices = list(jax.devices() if devices is None else devices)
   spec = spec_lib.resolve(config, len(devices))
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
+  for path, what in ((workdir, "workdir"), (workdir / "checkpoints", "checkpoint directory")):
+    if path == workdir or path.exists():
+      paths_lib.check_writable_dir(path, what)
+  paths_lib.check_writable_dir(config.data.store_root, "data.store_root")
   mesh = sharding_lib.make_mesh(spec.mesh, devices)
   program = step_lib.build_program(config, spec, mesh)  # shapes and jit wrappers: no compile yet
   tokenizer = tokenizers_lib.make_tokenizer(config.data)
