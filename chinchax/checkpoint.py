@@ -266,7 +266,9 @@ def check_shapes(directory: pathlib.Path, step: int, abstract_state) -> None:
     raise _Unusable(f"incomplete: {item_dir.relative_to(directory)}"
                     f"{'/_METADATA' if item_dir.is_dir() else ''} is missing")
   try:
-    meta = ocp.StandardCheckpointer().metadata(item_dir)
+    # The item's handler reads its own metadata (a Checkpointer would look for, and warn about,
+    # a step-level _CHECKPOINT_METADATA inside the item directory).
+    meta = ocp.StandardCheckpointHandler().metadata(item_dir)
   except Exception as e:  # noqa: BLE001 — a damaged metadata file
     raise _Unusable(f"unreadable: its metadata: {type(e).__name__}") from None
   saved = _shapes_by_path(getattr(meta, "item_metadata", meta))

@@ -113,8 +113,8 @@ def test_resume_with_changed_model_data_or_missing_config_is_refused(capsys, tmp
   assert rc == 0, err
 
   def files():
-    return {p: p.stat().st_mtime_ns for root in (tmp_path / "run", tmp_path / "stores")
-            for p in root.rglob("*")}
+    return {p: p.stat().st_mtime_ns if p.is_file() else None
+            for root in (tmp_path / "run", tmp_path / "stores") for p in root.rglob("*")}
 
   before = files()
   for extra, needle in [(["--config.model.rope_theta=500.0"], "model.rope_theta=500.0 (saved 10000.0)"),
