@@ -235,3 +235,9 @@ def test_checkpoint_directory_lost_mid_run_is_one_error_line(capsys, tmp_path, s
   assert (tmp_path / "run" / "kept" / "2").is_dir()
   rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
   assert len(rows) == 4  # every row up to the failed save is written
+
+
+def test_unknown_key_without_a_close_match_lists_the_section(capsys, tmp_path):
+  rc, err = _train(capsys, tmp_path, "--config.train.learning_rate=3e-4")
+  assert rc == 2 and len(err) == 1, err
+  assert "unknown config key 'train.learning_rate'" in err[0] and "peak_lr" in err[0], err

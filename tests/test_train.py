@@ -288,3 +288,40 @@ def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact_one(two_check
     summary = train_lib.train(c2, devices=jax.devices()[:1], verbose=False)
     assert summary["resumed"] and summary["steps"] == 20 and math.isfinite(summary["final_eval_loss"])
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "20"]
+
+
+def test_restore_gives_no_orbax_metadata_warning(two_checkpoints, caplog):
+  from chinchax import checkpoint as checkpoint_lib
+  c = two_checkpoints
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  ckpt = checkpoint_lib.Checkpointer(pathlib.Path(c.workdir) / "checkpoints", 10, 3)
+  with caplog.at_level("WARNING"):
+    assert int(ckpt.restore_latest(program.abstract_state, program.shardings)["step"]) == 20
+  ckpt.wait_and_close()
+  assert not [r for r in caplog.records if "does not exist" in r.getMessage()], caplog.text
+
+
+def test_z_loss_is_logged_and_the_warmup_cap_printed(tiny_config, capsys):
+  c = tiny_config
+  c.budget.steps = 6
+  c.train.update(z_loss=1e-3, warmup_steps=5, log_every=3, eval_every=6)
+  train_lib.train(c, devices=jax.devices()[:1])
+  out = capsys.readouterr().out
+  assert "train.warmup_steps=5 capped at 10% of the run's 6 steps: 0 warmup step(s)" in out, out
+  rows = [json.loads(l) for l in (pathlib.Path(c.workdir) / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows] == [3, 6]
+  # z-loss = 1e-3 · mean (log Z)², log Z ≈ ln 257 at init
+  assert all(0 < r["z_loss"] < 1e-3 * 2 * math.log(257) ** 2 for r in rows), rows
+
+
+def test_cpu_peak_is_measured_once_per_host(monkeypatch, tmp_path):
+  from chinchax.train import mfu
+  calls = []
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  monkeypatch.setattr(mfu, "calibrate_cpu_flops", lambda: calls.append(1) or 1e10 * len(calls))
+  c = config_lib.get_variant("tiny")
+  first, second = mfu.peak_flops(c, 1), mfu.peak_flops(c, 1)
+  assert calls == [1] and first[0] == second[0] == 1e10
+  assert "measured now, cached in" in first[1] and "measured once, cached in" in second[1]
+  assert mfu.cpu_flops_cache().is_file()

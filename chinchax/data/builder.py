@@ -54,6 +54,10 @@ from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
 
 _STATS = ("documents", "empty", "replaced", "skipped")
+REPLACEMENT = "\ufffd".encode("utf-8")  # U+FFFD, what invalid UTF-8 becomes under "replace"
+# Above this share of U+FFFD characters among a store's text characters, a warning: binary files
+# read as text, or a corpus in another encoding.
+REPLACEMENT_WARN_SHARE = 0.01
 _worker_tokenizer = None
 
 
@@ -77,7 +81,8 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
   The npz holds ``tokens`` [n] (each kept document's ids then EOS, in the
   tokenizer's dtype), ``doc_tokens`` int64 [d] (tokens per kept document, EOS
   included), ``doc_bytes`` int64 [d], ``doc_val`` bool [d] and ``stats`` int64
-  [4] (documents read, empty skipped, invalid UTF-8 replaced, skipped).
+  [4] (documents read, empty skipped, invalid UTF-8 replaced, skipped) and
+  ``replacement_chars`` int64 (U+FFFD characters in the kept text).
 
   Args:
     path: the shard file to write.
@@ -91,7 +96,7 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
   tok = tokenizer if tokenizer is not None else _worker_tokenizer
   stats = dict.fromkeys(_STATS, 0)
   stats["documents"] = len(docs)
-  kept, val = [], []
+  kept, val, replacement_chars = [], [], 0
   for data in docs:
     if not data:
       stats["empty"] += 1
@@ -101,6 +106,7 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
       stats["skipped"] += 1
       continue
     stats["replaced"] += status == "replaced"
+    replacement_chars += text.count(REPLACEMENT)
     kept.append(text)
     val.append(store_lib.is_val(text, val_fraction))
   ids = tok.encode_batch(kept) if kept else []
@@ -112,7 +118,8 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
     np.savez(f, tokens=tokens, doc_tokens=np.array([len(a) + 1 for a in ids], np.int64),
              doc_bytes=np.array([len(t) for t in kept], np.int64),
              doc_val=np.array(val, dtype=bool),
-             stats=np.array([stats[k] for k in _STATS], np.int64))
+             stats=np.array([stats[k] for k in _STATS], np.int64),
+             replacement_chars=np.int64(replacement_chars))
   os.replace(tmp, path)
   return stats
 
@@ -283,6 +290,7 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
   shutil.rmtree(assembly, ignore_errors=True)
   assembly.mkdir()
   counts, documents, digest = _assemble(shard_dir, n_shards, tokenizer, assembly)
+  replacement_chars = documents.pop("replacement_chars")
   timings["assemble_s"] = time.perf_counter() - t
   timings["total_s"] = time.perf_counter() - t0
   tokenizer.save(assembly)
@@ -299,6 +307,7 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
       "split_rule": store_lib.SPLIT_RULE,
       "decode_errors": decode_errors,
       "documents": documents,
+      "replacement_chars": replacement_chars,
       "empty_documents_skipped": documents["empty_skipped"],
       "splits": counts,
       "content_sha256": digest,
@@ -383,12 +392,13 @@ def _tokenize(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, dec
 
 def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Path):
   """Concatenates shards 0..n_shards-1 into ``out``; returns (split counts, document counts, hash)."""
-  metas, stats = [], np.zeros(len(_STATS), np.int64)
+  metas, stats, replacement_chars = [], np.zeros(len(_STATS), np.int64), 0
   for k in range(n_shards):
     with np.load(shard_dir / f"{k:06d}.npz") as z:
       metas.append({"doc_tokens": z["doc_tokens"], "doc_bytes": z["doc_bytes"],
                     "doc_val": z["doc_val"].copy()})
       stats += z["stats"]
+      replacement_chars += int(z["replacement_chars"]) if "replacement_chars" in z else 0
   with_docs = [m for m in metas if len(m["doc_val"])]
   n_kept = sum(len(m["doc_val"]) for m in metas)
   n_val = sum(int(m["doc_val"].sum()) for m in metas)
@@ -427,8 +437,8 @@ def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Pa
     np.save(out / f"{split}_docs.npy", starts)
     parts[split] = (counts[split]["tokens"], token_hex,
                     hashlib.sha256(starts.astype("<i8").tobytes()).hexdigest())
-  documents = {"read": int(stats[0]), "kept": n_kept, "empty_skipped": int(stats[1]),
-               "invalid_utf8_replaced": int(stats[2]), "invalid_utf8_skipped": int(stats[3])}
+  documents = {"replacement_chars": replacement_chars, "read": int(stats[0]), "kept": n_kept,
+               "empty_skipped": int(stats[1]), "invalid_utf8_replaced": int(stats[2]), "invalid_utf8_skipped": int(stats[3])}
   return counts, documents, store_lib.hash_parts(tokenizer.dtype, parts)
 
 
@@ -444,9 +454,31 @@ def prepare(data_cfg, *, progress: bool = False, on_scan=None) -> pathlib.Path:
   paths_lib.check_writable_dir(data_cfg.store_root, "data.store_root")
   source = sources_lib.make_source(data_cfg)
   tokenizer = tokenizers_lib.make_tokenizer(data_cfg)
-  return build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
-               decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
-               shard_mb=data_cfg.shard_mb, progress=progress, on_scan=on_scan)
+  directory = build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
+                    decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
+                    shard_mb=data_cfg.shard_mb, progress=progress, on_scan=on_scan)
+  warn_replacement_share(directory)
+  return directory
+
+
+def replacement_share(manifest: dict) -> float:
+  """Share of a store's text bytes that are U+FFFD (3 bytes each); NaN for a store built
+  before the count was kept."""
+  if "replacement_chars" not in manifest:
+    return float("nan")
+  text_bytes = sum(manifest["splits"][s]["bytes"] for s in store_lib.SPLITS)
+  return 3 * manifest["replacement_chars"] / max(text_bytes, 1)
+
+
+def warn_replacement_share(directory: pathlib.Path) -> None:
+  """Warns when more than :data:`REPLACEMENT_WARN_SHARE` of the store's text is U+FFFD."""
+  m = json.loads((pathlib.Path(directory) / store_lib.MANIFEST).read_text())
+  share = replacement_share(m)
+  if share > REPLACEMENT_WARN_SHARE:
+    console.warn(f"{100 * share:.1f}% of the text in store {directory} is U+FFFD replacement "
+                 f"characters ({m['documents']['invalid_utf8_replaced']:,} documents had invalid "
+                 f"UTF-8): binary files, or text in another encoding? data.decode_errors='skip' "
+                 f"drops such documents")
 
 
 def report(directory: pathlib.Path) -> str:

@@ -178,6 +178,7 @@ class _StepLog:
     self.metrics.write({"step": step_no, "loss": loss,
                         "bits_per_byte": self.data.train_bits_per_byte(loss),
                         "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
+                        **({"z_loss": float(m["z_loss"])} if "z_loss" in m else {}),
                         "tokens": step_no * self.spec.tokens_per_step, **extra})
     self.bar.set_postfix(loss=f"{loss:.3f}", eval=f"{self.eval_loss:.3f}", refresh=False)
 

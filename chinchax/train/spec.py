@@ -109,7 +109,8 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
 
 
 def describe(spec: RunSpec, config, n_devices: int) -> str:
-  """The run's budget printout: shape, N three ways, D, C, tokens/param, steps, mesh."""
+  """The run's budget printout: shape, N three ways, D, C, tokens/param, steps, mesh, and the
+  warmup cap (10% of the steps) when it shortens ``train.warmup_steps``."""
   c = spec.counts
   m = spec.model
   return "\n".join([
@@ -125,4 +126,6 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
       f"{spec.tokens_per_param:.2f}",
       f"mesh    {spec.mesh} on {n_devices} {jax.default_backend()} device(s), "
       f"{jax.process_count()} process(es)",
-  ])
+  ] + ([f"warmup  train.warmup_steps={config.train.warmup_steps} capped at 10% of the run's "
+        f"{spec.steps:,} steps: {spec.warmup_steps} warmup step(s)"]
+       if spec.warmup_steps < config.train.warmup_steps else []))
