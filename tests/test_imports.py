@@ -23,7 +23,7 @@ OURS = ("chinchax", "analysis")
 CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.config",
         "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
-        "chinchax.hardware", "chinchax.data")
+        "chinchax.hardware", "chinchax.data", "chinchax.paths")
 VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.plan", "chinchax.planning",
          "chinchax.bench", "chinchax.export")
 
