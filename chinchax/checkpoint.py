@@ -32,7 +32,7 @@ MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embed
 # corpus by its fingerprint (DATA_SIGNATURE), not by their paths or globs.
 RESUME_KEYS = (
     "seed",
-    "model.rope_theta", "model.norm_eps", "model.init_std",
+    "model.rope_theta", "model.norm_eps", "model.init_std", "model.document_mask",
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
@@ -391,8 +391,6 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
   payload = _saved_run(workdir, abstract_state)
   if payload is None:
     return
-  if tokenizer_sha256 is not None:
-    check_data_signature(workdir, "tokenizer_sha256", tokenizer_sha256, payload)
   saved = payload.get("model_signature", {})
   now = _model_signature(config, vocab_size)
   for k, v in saved.items():
@@ -425,6 +423,8 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
     raise CheckpointError(
         f"workdir {workdir} holds a run started with other settings; resuming would silently "
         f"change it: {', '.join(changed)}. Use another workdir, or the saved settings")
+  if tokenizer_sha256 is not None:  # same settings, but the tokenizer file has other contents
+    check_data_signature(workdir, "tokenizer_sha256", tokenizer_sha256, payload)
 
 
 def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict | None = None) -> None:

@@ -54,6 +54,7 @@ def base_config() -> ml_collections.ConfigDict:
   m.compute_dtype = "auto"        # auto = float32 on CPU, bfloat16 on GPU/TPU; params stay float32
   m.attention = "auto"            # auto | xla (einsum+softmax) | cudnn (jax.nn.dot_product_attention) | splash (Pallas, TPU)
   m.remat = "none"                # none | full | dots (save matmul outputs) rematerialisation
+  m.document_mask = False         # attend only within each document of a packed window (segment ids at EOS; xla attention)
   m.scan_layers = False           # stack layers on a leading axis and nnx.scan them: compile time independent of n_layers (checkpoint layout differs)
 
   c.train = t = ml_collections.ConfigDict()
@@ -425,6 +426,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   _check_choice(m.remat, REMAT_POLICIES, "model.remat")
   if not isinstance(m.scan_layers, bool):
     raise ConfigError(f"model.scan_layers={m.scan_layers!r} must be True or False")
+  if not isinstance(m.document_mask, bool):
+    raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
 

@@ -52,6 +52,8 @@ class ModelConfig:
   attention: str = "xla"
   remat: str = "none"
   scan_layers: bool = False
+  document_mask: bool = False
+  eos_id: int = -1
 
   @property
   def head_dim(self) -> int:
@@ -112,14 +114,15 @@ class Attention(nnx.Module):
     self.wo_HKD = _param(rngs, (H, K, D), cfg.init_std / (2 * cfg.n_layers) ** 0.5,
                          ("heads", "kv", "embed"))
 
-  def __call__(self, x_BTD, sin_TK2, cos_TK2):
+  def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
     dt = x_BTD.dtype
     q_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wq_DHK[...].astype(dt))
     k_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wk_DHK[...].astype(dt))
     v_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wv_DHK[...].astype(dt))
     q_BTHK = apply_rope(q_BTHK, sin_TK2, cos_TK2)
     k_BTHK = apply_rope(k_BTHK, sin_TK2, cos_TK2)
-    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention)
+    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention,
+                                              segment_ids_BT=segment_ids_BT)
     return jnp.einsum("bthk,hkd->btd", out_BTHK, self.wo_HKD[...].astype(dt))
 
 
@@ -150,15 +153,26 @@ class Block(nnx.Module):
     self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.mlp = MLP(cfg, rngs)
 
-  def __call__(self, x_BTD, sin_TK2, cos_TK2):
-    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), sin_TK2, cos_TK2)
+  def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
+    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), sin_TK2, cos_TK2, segment_ids_BT)
     return x_BTD + self.mlp(self.mlp_norm(x_BTD))
+
+
+def document_ids(tokens_BT: jax.Array, eos_id: int) -> jax.Array:
+  """int32 [B, T]: the index of the document each position belongs to within its window.
+
+  A document's EOS (its last token) belongs to it; the token after starts the next.
+  """
+  is_eos_BT = (tokens_BT == eos_id).astype(jnp.int32)
+  return jnp.cumsum(is_eos_BT, axis=1) - is_eos_BT
 
 
 class Transformer(nnx.Module):
   """The decoder-only language model.
 
   Call with ``tokens_BT`` (int32 [B, T]); returns float32 logits [B, T, V].
+  With ``document_mask`` a position attends only to its own document in a
+  packed window (segment ids from the ``eos_id`` positions, :func:`document_ids`).
   """
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
@@ -184,9 +198,10 @@ class Transformer(nnx.Module):
     T = tokens_BT.shape[1]
     x_BTD = jnp.take(self.embed_VD[...], tokens_BT, axis=0).astype(dt)
     sin_TK2, cos_TK2 = rope_tables(T, cfg.head_dim, cfg.rope_theta)
+    segment_ids_BT = document_ids(tokens_BT, cfg.eos_id) if cfg.document_mask else None
 
     def block_fn(block, x_BTD):
-      return block(x_BTD, sin_TK2, cos_TK2)
+      return block(x_BTD, sin_TK2, cos_TK2, segment_ids_BT)
 
     if cfg.remat == "full":
       block_fn = nnx.remat(block_fn)

@@ -188,6 +188,7 @@ class BPESpec:
   """A byte-level BPE still to be trained: knows its name and vocab size only."""
 
   kind = "bpe"
+  eos_id = 0  # BPE_EOS is the trained vocabulary's first token (train_bpe)
 
   def __init__(self, vocab_size: int):
     self.vocab_size = int(vocab_size)

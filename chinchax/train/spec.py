@@ -82,8 +82,9 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
       vocab_size=vocab, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads, d_ff=m.d_ff,
       tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, norm_eps=m.norm_eps,
       init_std=m.init_std, compute_dtype=dtype,
-      attention=attention_lib.resolve_impl(m.attention, backend, dtype), remat=m.remat,
-      scan_layers=bool(m.scan_layers))
+      attention=attention_lib.resolve_impl(m.attention, backend, dtype, m.document_mask),
+      remat=m.remat, scan_layers=bool(m.scan_layers), document_mask=m.document_mask,
+      eos_id=tok.eos_id)
   t, b = config.train, config.budget
   counts = budget.param_counts(mcfg.shape(t.seq_len))
   n = counts.total if b.n_kind == "total" else counts.non_embedding
@@ -117,7 +118,7 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
       f"model   d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} d_ff={m.d_ff} "
       f"vocab_size={m.vocab_size} seq_len={spec.seq_len} tied={m.tie_embeddings} "
       f"compute={m.compute_dtype} attention={m.attention} remat={m.remat}"
-      f"{' scan_layers' if m.scan_layers else ''}",
+      f"{' scan_layers' if m.scan_layers else ''}{' document_mask' if m.document_mask else ''}",
       f"params  total={c.total:,} non_embedding={c.non_embedding:,} embedding={c.embedding:,}"
       f"  (N for the budget: {spec.n_kind} = {spec.n_params:,})",
       f"budget  mode={config.budget.mode} target D={spec.target_tokens:,.0f} tokens -> "
