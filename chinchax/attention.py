@@ -124,7 +124,9 @@ def causal_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
     impl: "xla", "cudnn" or "splash" (already resolved by :func:`resolve_impl`).
     segment_ids_BT: int [B, T] document index of each position; when given, a
       query attends only to earlier keys of its own document ("xla" only:
-      :func:`resolve_impl` falls back to it).
+      :func:`resolve_impl` falls back to it). Its cost in XLA's cost analysis of a
+      train step (d_model 128, 4 layers, T 512, batch 8, CPU): +0.10% FLOPs,
+      +0.01% bytes accessed (the [B, T, T] comparison beside the causal mask).
   Returns:
     [B, T, H, K] attention output, in the dtype of ``q_BTHK``.
   Raises:
