@@ -259,7 +259,7 @@ def test_binary_file_read_as_text_warns(tmp_path, capsys):
   d = builder.prepare(c)
   err = capsys.readouterr().err
   assert err.count("warning:") == 1 and "U+FFFD replacement characters" in err, err
-  assert builder.replacement_share(_manifest(d)) > 0.3
+  assert store.replacement_share(_manifest(d)) > 0.3
   (corpus / "image.txt").unlink()
   builder.prepare(c)
   assert "warning:" not in capsys.readouterr().err

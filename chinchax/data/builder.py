@@ -54,10 +54,6 @@ from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
 
 _STATS = ("documents", "empty", "replaced", "skipped")
-REPLACEMENT = "\ufffd".encode("utf-8")  # U+FFFD, what invalid UTF-8 becomes under "replace"
-# Above this share of U+FFFD characters among a store's text characters, a warning: binary files
-# read as text, or a corpus in another encoding.
-REPLACEMENT_WARN_SHARE = 0.01
 _worker_tokenizer = None
 
 
@@ -106,7 +102,7 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
       stats["skipped"] += 1
       continue
     stats["replaced"] += status == "replaced"
-    replacement_chars += text.count(REPLACEMENT)
+    replacement_chars += text.count(store_lib.REPLACEMENT)
     kept.append(text)
     val.append(store_lib.is_val(text, val_fraction))
   ids = tok.encode_batch(kept) if kept else []
@@ -457,28 +453,8 @@ def prepare(data_cfg, *, progress: bool = False, on_scan=None) -> pathlib.Path:
   directory = build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
                     decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
                     shard_mb=data_cfg.shard_mb, progress=progress, on_scan=on_scan)
-  warn_replacement_share(directory)
+  store_lib.warn_replacement_share(directory)
   return directory
-
-
-def replacement_share(manifest: dict) -> float:
-  """Share of a store's text bytes that are U+FFFD (3 bytes each); NaN for a store built
-  before the count was kept."""
-  if "replacement_chars" not in manifest:
-    return float("nan")
-  text_bytes = sum(manifest["splits"][s]["bytes"] for s in store_lib.SPLITS)
-  return 3 * manifest["replacement_chars"] / max(text_bytes, 1)
-
-
-def warn_replacement_share(directory: pathlib.Path) -> None:
-  """Warns when more than :data:`REPLACEMENT_WARN_SHARE` of the store's text is U+FFFD."""
-  m = json.loads((pathlib.Path(directory) / store_lib.MANIFEST).read_text())
-  share = replacement_share(m)
-  if share > REPLACEMENT_WARN_SHARE:
-    console.warn(f"{100 * share:.1f}% of the text in store {directory} is U+FFFD replacement "
-                 f"characters ({m['documents']['invalid_utf8_replaced']:,} documents had invalid "
-                 f"UTF-8): binary files, or text in another encoding? data.decode_errors='skip' "
-                 f"drops such documents")
 
 
 def report(directory: pathlib.Path) -> str:
