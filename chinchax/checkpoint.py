@@ -3,46 +3,77 @@
 Saves are asynchronous every ``checkpoint_every`` steps and at the end; the
 latest ``keep_checkpoints`` are kept. Restore targets carry the shardings of
 the current mesh, so the state lands directly sharded. ``config.json`` in the
-workdir records the model of the run; a restart whose model differs is refused
-before anything is overwritten.
+workdir records the run: its config, model signature and data signature (the
+tokenizer's sha256 and the corpus fingerprint). A restart whose model, data or
+any of :data:`RESUME_KEYS` differs is refused before anything is overwritten;
+so is a workdir holding checkpoints but no ``config.json`` (what they were
+trained with cannot be checked, and cannot be rebuilt from the arrays alone).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
+from chinchax import console
 from chinchax import errors
+from chinchax import paths as paths_lib
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
               "scan_layers")
-# Knobs that decide the data order, the schedule or the budget: a resume must keep them, or the
-# run would silently become another run. (Mesh, dtype, attention kernel and remat may change.)
+# Knobs that decide the function trained, the data order, the schedule or the budget: a resume
+# must keep them, or the run would silently become another run. (Mesh, dtype, attention kernel
+# and remat may change.) data.tokenizer_path is checked by the tokenizer's content hash and the
+# corpus by its fingerprint (DATA_SIGNATURE), not by their paths or globs.
 RESUME_KEYS = (
     "seed",
+    "model.rope_theta", "model.norm_eps", "model.init_std", "model.document_mask",
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
     "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
     "budget.n_kind",
     "data.source", "data.paths", "data.text_field", "data.txt_documents", "data.tokenizer",
-    "data.val_fraction",
+    "data.eos_token", "data.bpe_vocab_size", "data.decode_errors", "data.hf_name",
+    "data.hf_config", "data.hf_split", "data.val_fraction",
     "data.allow_repeat",
 )
+
+
+# config.json's "data_signature": what the run reads, by content. (name, what a change means)
+DATA_SIGNATURE = {
+    "tokenizer_sha256": "data.tokenizer_path (or data.tokenizer) names a tokenizer with other "
+                        "contents",
+    "store_fingerprint": "the corpus (data.paths / data.source) has other documents or contents",
+}
 
 
 class CheckpointError(errors.UserError):
   """A checkpoint cannot be used with this config; the message names the mismatch."""
 
 
+class _Unusable(Exception):
+  """A checkpoint that cannot be restored as saved: truncated, missing or altered files."""
+
+
 class Checkpointer:
-  """Thin wrapper over ``ocp.CheckpointManager`` for the train-state pytree."""
+  """Thin wrapper over ``ocp.CheckpointManager`` for the train-state pytree.
+
+  Every save also records a checksum per array of the state (a wrapping
+  uint32 sum of its bit patterns: the same on any mesh) in
+  ``<directory>.sums.json``; a restore verifies it, and that the state is
+  finite, and falls back to the newest intact checkpoint. An unusable
+  checkpoint is moved to ``<directory>-unusable/`` with a warning, never deleted.
+  """
 
   def __init__(self, directory: pathlib.Path, every: int, keep: int):
     self.directory = pathlib.Path(directory)
+    self.sums_path = self.directory.with_name(self.directory.name + ".sums.json")
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every,
                                            enable_async_checkpointing=True, create=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
@@ -51,58 +82,213 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def save(self, step: int, state, force: bool = False) -> bool:
-    """Starts an async save of ``state`` at ``step`` if the interval (or ``force``) says so."""
-    return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+    """Starts an async save of ``state`` at ``step`` if the interval (or ``force``) says so,
+    and records the state's checksums."""
+    if not (force or self.manager.should_save(step)):
+      return False
+    try:
+      paths_lib.check_writable_dir(self.directory, "checkpoint directory")
+    except paths_lib.PathError as e:
+      raise CheckpointError(f"{e}: cannot save step {step}; {self._last_complete()}") from None
+    sums = state_sums(state)
+    try:
+      saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+    except Exception as e:  # noqa: BLE001 — orbax reports a failed earlier async write here
+      raise CheckpointError(f"saving the checkpoint of step {step} in {self.directory} failed "
+                            f"({_first_line(e)}); {self._last_complete()}") from None
+    if saved:
+      self._record_sums(step, sums)
+    return saved
+
+  def _last_complete(self) -> str:
+    """Where the newest complete checkpoint is, in words (after pending writes end)."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception:  # noqa: BLE001 — the failed write is reported by the caller
+      pass
+    steps = _saved_steps(self.directory.parent, self.directory.name)
+    return (f"the last complete checkpoint is step {steps[-1]} in {self.directory}" if steps
+            else "no checkpoint is complete")
+
+  def _saved_sums(self) -> dict:
+    try:
+      return json.loads(self.sums_path.read_text())
+    except (OSError, ValueError):
+      return {}
+
+  def _record_sums(self, step: int, sums: list[int]) -> None:
+    if jax.process_index() != 0:
+      return
+    keep = {str(s) for s in self.manager.all_steps()} | {str(step)}
+    table = {k: v for k, v in self._saved_sums().items() if k in keep}
+    table[str(step)] = sums
+    tmp = self.sums_path.with_name(self.sums_path.name + ".tmp")
+    tmp.write_text(json.dumps(table))
+    os.replace(tmp, self.sums_path)
 
   def restore_latest(self, abstract_state, shardings):
-    """Restores the latest checkpoint onto ``shardings``, or returns None when there is none.
+    """Restores the newest intact checkpoint onto ``shardings``, or returns None when there is none.
 
     The checkpoint may come from another mesh or device count: every array is
-    read straight into the sharding given here.
+    read straight into the sharding given here. A checkpoint whose files are
+    truncated, missing or altered (checksum mismatch), or whose state is not
+    finite, is moved to ``<directory>-unusable/`` with a warning naming it,
+    and the next older one is tried.
 
     Raises:
       CheckpointError: an array's shape or dtype, or the set of arrays, differs
-        from ``abstract_state`` (a different model); nothing is read or written.
+        from ``abstract_state`` (a different model), or no checkpoint is
+        intact; nothing is read or written.
     """
-    step = self.manager.latest_step()
-    if step is None:
-      return None
-    self.check_shapes(step, abstract_state)
     target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           abstract_state, shardings)
-    return self.manager.restore(step, args=ocp.args.StandardRestore(target))
+    unusable = []
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        self.check_shapes(step, abstract_state)
+        try:
+          state = self.manager.restore(step, args=ocp.args.StandardRestore(target))
+        except Exception as e:  # noqa: BLE001 — orbax / tensorstore: any read failure
+          raise _Unusable(f"unreadable: {_first_line(e)}") from None
+        self._verify(step, state)
+      except _Unusable as e:
+        unusable.append((step, str(e)))
+        continue
+      self._set_aside(unusable, step)
+      return state
+    if unusable:
+      raise CheckpointError(
+          f"no checkpoint in {self.directory} can be restored: "
+          f"{'; '.join(f'step {s} {why}' for s, why in unusable)}; move the directory away to "
+          f"start afresh, or use another workdir")
+    return None
+
+  def _verify(self, step: int, state) -> None:
+    """Raises _Unusable when ``state`` differs from its recorded checksums or is not finite."""
+    saved = self._saved_sums().get(str(step))
+    if saved is not None:
+      now = state_sums(state)
+      if len(now) != len(saved) or now != saved:
+        paths = [_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+        bad = [p for p, a, b in zip(paths, now, saved) if a != b] or ["its array set"]
+        raise _Unusable(f"altered: the checksum of {bad[0]} differs from the one saved")
+    if not all_finite(state):
+      raise _Unusable("holds NaN/Inf values")
+
+  def _set_aside(self, unusable: list, good_step: int) -> None:
+    """Moves unusable checkpoints to ``<directory>-unusable/<step>`` (process 0), warns, reloads."""
+    if not unusable:
+      return
+    aside = self.directory.with_name(self.directory.name + "-unusable")
+    for step, why in unusable:
+      dest = aside / str(step)
+      n = 1
+      while dest.exists():
+        dest, n = aside / f"{step}-{n}", n + 1
+      if jax.process_index() == 0:
+        aside.mkdir(parents=True, exist_ok=True)
+        os.replace(self.directory / str(step), dest)
+      console.warn(f"the checkpoint at step {step} in {self.directory} is {why}; moved to {dest}; "
+                   f"resuming from step {good_step}", enabled=jax.process_index() == 0)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # noqa: PLC0415 — multi-process only
+      multihost_utils.sync_global_devices("chinchax:checkpoints-set-aside")
+    self.manager.reload()
 
   def check_shapes(self, step: int, abstract_state) -> None:
-    """Compares the arrays saved at ``step`` with ``abstract_state`` by path, shape and dtype.
-
-    Raises:
-      CheckpointError: naming the first mismatched parameter (parameters are
-        checked before optimizer state) with both shapes, or one that only one
-        side has.
-    """
-    item_dir = self.directory / str(step) / "default"
-    if not item_dir.exists():  # another layout: leave the check to orbax's restore
-      return
-    meta = ocp.StandardCheckpointer().metadata(item_dir)
-    saved = _shapes_by_path(getattr(meta, "item_metadata", meta))
-    wanted = _shapes_by_path(abstract_state)
-    where = f"the checkpoint at step {step} in {self.directory}"
-    for path in sorted(set(saved) | set(wanted), key=lambda p: (not p.startswith("params/"), p)):
-      if path not in saved:
-        raise CheckpointError(f"{where} has no array {path} {wanted[path][0]}, which this config's "
-                              f"model has: it was written for a different model shape")
-      if path not in wanted:
-        raise CheckpointError(f"{where} holds {path} {saved[path][0]}, which this config's model "
-                              f"does not have: it was written for a different model shape")
-      if saved[path] != wanted[path]:
-        (s_shape, s_dtype), (w_shape, w_dtype) = saved[path], wanted[path]
-        raise CheckpointError(
-            f"{where} holds {path} with shape {s_shape} {s_dtype}, but this config's model needs "
-            f"{w_shape} {w_dtype}; use another workdir or the config the checkpoint was written with")
+    """:func:`check_shapes` of this directory's checkpoint at ``step``."""
+    check_shapes(self.directory, step, abstract_state)
 
   def wait_and_close(self) -> None:
-    self.manager.wait_until_finished()
-    self.manager.close()
+    """Waits for pending writes and closes the manager.
+
+    Raises:
+      CheckpointError: a pending write failed (e.g. the directory turned read-only).
+    """
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 — orbax / tensorstore write errors
+      raise CheckpointError(f"writing a checkpoint in {self.directory} failed ({_first_line(e)});"
+                            f" {self._last_complete()}") from None
+    finally:
+      try:
+        self.manager.close()
+      except Exception:  # noqa: BLE001 — already reported above
+        pass
+
+
+def _first_line(e: Exception) -> str:
+  text = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+@jax.jit
+def _sums(tree) -> list:
+  def one(x):
+    bits = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
+    return jnp.sum(jax.lax.bitcast_convert_type(x, bits).astype(jnp.uint32), dtype=jnp.uint32)
+  return [one(x) for x in jax.tree.leaves(tree)]
+
+
+def state_sums(tree) -> list[int]:
+  """Per array of ``tree`` (leaf order), the uint32 sum of its bit patterns modulo 2³².
+
+  Integer sums do not depend on the order of addition, so the figure is the
+  same on every mesh and device count.
+  """
+  return [int(v) for v in jax.device_get(_sums(tree))]
+
+
+def all_finite(tree) -> bool:
+  """True when every floating-point array of ``tree`` is free of NaN and Inf (one device reduction)."""
+  return bool(jax.device_get(_all_finite(tree)))
+
+
+def check_shapes(directory: pathlib.Path, step: int, abstract_state) -> None:
+  """Compares the arrays saved at ``step`` with ``abstract_state`` by path, shape and dtype.
+
+  Raises:
+    CheckpointError: naming the first mismatched parameter (parameters are
+      checked before optimizer state) with both shapes, or one that only one
+      side has.
+    _Unusable: the checkpoint's item directory or its metadata is missing or unreadable.
+  """
+  directory = pathlib.Path(directory)
+  item_dir = directory / str(step) / "default"
+  if not (item_dir / "_METADATA").is_file():
+    raise _Unusable(f"incomplete: {item_dir.relative_to(directory)}"
+                    f"{'/_METADATA' if item_dir.is_dir() else ''} is missing")
+  try:
+    # The item's handler reads its own metadata (a Checkpointer would look for, and warn about,
+    # a step-level _CHECKPOINT_METADATA inside the item directory).
+    meta = ocp.StandardCheckpointHandler().metadata(item_dir)
+  except Exception as e:  # noqa: BLE001 — a damaged metadata file
+    raise _Unusable(f"unreadable: its metadata: {type(e).__name__}") from None
+  saved = _shapes_by_path(getattr(meta, "item_metadata", meta))
+  if not saved:
+    raise _Unusable("unreadable: its metadata lists no array")
+  wanted = _shapes_by_path(abstract_state)
+  where = f"the checkpoint at step {step} in {directory}"
+  for path in sorted(set(saved) | set(wanted), key=lambda p: (not p.startswith("params/"), p)):
+    if path not in saved:
+      raise CheckpointError(f"{where} has no array {path} {wanted[path][0]}, which this config's "
+                            f"model has: it was written for a different model shape")
+    if path not in wanted:
+      raise CheckpointError(f"{where} holds {path} {saved[path][0]}, which this config's model "
+                            f"does not have: it was written for a different model shape")
+    if saved[path] != wanted[path]:
+      (s_shape, s_dtype), (w_shape, w_dtype) = saved[path], wanted[path]
+      raise CheckpointError(
+          f"{where} holds {path} with shape {s_shape} {s_dtype}, but this config's model needs "
+          f"{w_shape} {w_dtype}; use another workdir or the config the checkpoint was written with")
+
 
 
 def _path_str(path) -> str:
@@ -130,22 +316,81 @@ def _model_signature(config, vocab_size: int | None = None) -> dict:
   return sig
 
 
-def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = None) -> None:
-  """Refuses to resume in ``workdir`` with a model that differs from the one saved there.
+def _saved_steps(workdir: pathlib.Path, name: str = "checkpoints") -> list[int]:
+  """Steps of the complete checkpoints in ``workdir/name`` (orbax renames a step into place)."""
+  ckpts = pathlib.Path(workdir) / name
+  try:
+    return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+  except OSError:
+    return []
+
+
+def _saved_run(workdir: pathlib.Path, abstract_state=None) -> dict | None:
+  """config.json of a workdir that holds checkpoints; None when there is no checkpoint.
+
+  Without a config.json, and given ``abstract_state``, the newest checkpoint
+  with readable metadata is first compared with it (a different model is
+  reported as such), then the workdir is refused.
+
+  Raises:
+    CheckpointError: checkpoints without a readable config.json.
+  """
+  steps = _saved_steps(workdir)
+  if not steps:
+    return None
+  path = pathlib.Path(workdir) / "config.json"
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError) as e:
+    for step in reversed(steps if abstract_state is not None else []):
+      try:
+        check_shapes(pathlib.Path(workdir) / "checkpoints", step, abstract_state)
+        break
+      except _Unusable:
+        continue
+    why = "no config.json" if isinstance(e, FileNotFoundError) else f"an unreadable {path.name} ({e})"
+    raise CheckpointError(
+        f"workdir {workdir} holds checkpoints (steps {', '.join(map(str, steps))}) but {why}, so "
+        f"the settings they were trained with cannot be checked; put the run's config.json back, "
+        f"or use another workdir") from None
+
+
+def check_data_signature(workdir: pathlib.Path, key: str, value: str,
+                         payload: dict | None = None) -> None:
+  """Refuses to resume when the saved ``data_signature[key]`` (see :data:`DATA_SIGNATURE`) differs.
+
+  Raises:
+    CheckpointError: naming the setting and both hashes; nothing is written.
+  """
+  payload = _saved_run(workdir) if payload is None else payload
+  saved = (payload or {}).get("data_signature", {}).get(key)
+  if saved is not None and saved != value:
+    raise CheckpointError(
+        f"workdir {workdir} holds a run trained on other data: {DATA_SIGNATURE[key]} "
+        f"({key} {value[:16]}, saved {saved[:16]}); use another workdir, or the saved data")
+
+
+def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = None,
+                     tokenizer_sha256: str | None = None, abstract_state=None) -> None:
+  """Refuses to resume in ``workdir`` with a model, data or settings that differ from its run.
 
   Args:
     workdir: the run directory.
     config: the run's config.
     vocab_size: the resolved vocab size (``model.vocab_size``, or the
       tokenizer's when that is 0); None skips the check for ``vocab_size=0``.
+    tokenizer_sha256: the tokenizer's content hash (None: not known yet, as for
+      a BPE still to be trained; the corpus fingerprint covers it).
+    abstract_state: the run's abstract train state: without a config.json the
+      checkpoint's array shapes are compared with it first.
   Raises:
-    CheckpointError: naming each mismatched field (saved vs config), and for
-      the vocab size the saved and current tokenizers.
+    CheckpointError: checkpoints but no config.json; or naming each mismatched
+      field (saved vs config), for the vocab size the saved and current
+      tokenizers, for the tokenizer its content hash.
   """
-  path = pathlib.Path(workdir) / "config.json"
-  if not path.exists() or not (pathlib.Path(workdir) / "checkpoints").exists():
+  payload = _saved_run(workdir, abstract_state)
+  if payload is None:
     return
-  payload = json.loads(path.read_text())
   saved = payload.get("model_signature", {})
   now = _model_signature(config, vocab_size)
   for k, v in saved.items():
@@ -178,13 +423,17 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
     raise CheckpointError(
         f"workdir {workdir} holds a run started with other settings; resuming would silently "
         f"change it: {', '.join(changed)}. Use another workdir, or the saved settings")
+  if tokenizer_sha256 is not None:  # same settings, but the tokenizer file has other contents
+    check_data_signature(workdir, "tokenizer_sha256", tokenizer_sha256, payload)
 
 
-def write_run_config(workdir: pathlib.Path, config, spec) -> None:
-  """Writes ``config.json``: the full config, the resolved model signature and budget."""
+def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict | None = None) -> None:
+  """Writes ``config.json``: the full config, the resolved model signature, the data
+  signature (keys of :data:`DATA_SIGNATURE`) and the budget."""
   payload = {
       "config": json.loads(config.to_json_best_effort()),
       "model_signature": _model_signature(config, spec.model.vocab_size),
+      "data_signature": dict(data_signature or {}),
       "budget": {"N": spec.n_params, "n_kind": spec.n_kind, "D": spec.tokens,
                  "steps": spec.steps, "C_6nd": spec.flops_6nd},
   }

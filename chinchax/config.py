@@ -54,6 +54,7 @@ def base_config() -> ml_collections.ConfigDict:
   m.compute_dtype = "auto"        # auto = float32 on CPU, bfloat16 on GPU/TPU; params stay float32
   m.attention = "auto"            # auto | xla (einsum+softmax) | cudnn (jax.nn.dot_product_attention) | splash (Pallas, TPU)
   m.remat = "none"                # none | full | dots (save matmul outputs) rematerialisation
+  m.document_mask = False         # attend only within each document of a packed window (segment ids at EOS; xla attention)
   m.scan_layers = False           # stack layers on a leading axis and nnx.scan them: compile time independent of n_layers (checkpoint layout differs)
 
   c.train = t = ml_collections.ConfigDict()
@@ -77,6 +78,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.keep_checkpoints = 2          # checkpoints kept in the workdir
   t.peak_flops_per_device = 0.0   # FLOP/s peak for MFU; 0 = known accelerator table or CPU matmul calibration
   t.progress = True               # tqdm progress bar on process 0
+  t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
 
   c.budget = b = ml_collections.ConfigDict()
   b.mode = "tokens_per_param"     # tokens_per_param | flops | tokens | steps: how D is set
@@ -424,6 +426,10 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   _check_choice(m.remat, REMAT_POLICIES, "model.remat")
   if not isinstance(m.scan_layers, bool):
     raise ConfigError(f"model.scan_layers={m.scan_layers!r} must be True or False")
+  if not isinstance(m.document_mask, bool):
+    raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
+  if not isinstance(t.stop_on_nonfinite, bool):
+    raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
 
   _check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:

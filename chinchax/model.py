@@ -48,6 +48,9 @@ class ModelConfig(budget.ModelShape):
     attention: the resolved kernel ("xla", "cudnn", "splash").
     remat: "none", "full" or "dots".
     scan_layers: blocks stacked on a "layers" axis and run by ``nnx.scan``.
+    document_mask: attention stays within a document of a packed window
+      (documents end at ``eos_id``).
+    eos_id: the tokenizer's end-of-document id (-1: none).
   """
 
   rope_theta: float = 10_000.0
@@ -57,6 +60,8 @@ class ModelConfig(budget.ModelShape):
   attention: str = "xla"
   remat: str = "none"
   scan_layers: bool = False
+  document_mask: bool = False
+  eos_id: int = -1
 
   def shape(self, seq_len: int) -> budget.ModelShape:
     """This model's shape for sequences of ``seq_len`` tokens (for FLOP and parameter counts)."""
@@ -112,14 +117,15 @@ class Attention(nnx.Module):
     self.wo_HKD = _param(rngs, (H, K, D), cfg.init_std / (2 * cfg.n_layers) ** 0.5,
                          ("heads", "kv", "embed"))
 
-  def __call__(self, x_BTD, sin_TK2, cos_TK2):
+  def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
     dt = x_BTD.dtype
     q_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wq_DHK[...].astype(dt))
     k_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wk_DHK[...].astype(dt))
     v_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wv_DHK[...].astype(dt))
     q_BTHK = apply_rope(q_BTHK, sin_TK2, cos_TK2)
     k_BTHK = apply_rope(k_BTHK, sin_TK2, cos_TK2)
-    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention)
+    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention,
+                                              segment_ids_BT=segment_ids_BT)
     return jnp.einsum("bthk,hkd->btd", out_BTHK, self.wo_HKD[...].astype(dt))
 
 
@@ -150,15 +156,26 @@ class Block(nnx.Module):
     self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.mlp = MLP(cfg, rngs)
 
-  def __call__(self, x_BTD, sin_TK2, cos_TK2):
-    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), sin_TK2, cos_TK2)
+  def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
+    x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), sin_TK2, cos_TK2, segment_ids_BT)
     return x_BTD + self.mlp(self.mlp_norm(x_BTD))
+
+
+def document_ids(tokens_BT: jax.Array, eos_id: int) -> jax.Array:
+  """int32 [B, T]: the index of the document each position belongs to within its window.
+
+  A document's EOS (its last token) belongs to it; the token after starts the next.
+  """
+  is_eos_BT = (tokens_BT == eos_id).astype(jnp.int32)
+  return jnp.cumsum(is_eos_BT, axis=1) - is_eos_BT
 
 
 class Transformer(nnx.Module):
   """The decoder-only language model.
 
   Call with ``tokens_BT`` (int32 [B, T]); returns float32 logits [B, T, V].
+  With ``document_mask`` a position attends only to its own document in a
+  packed window (segment ids from the ``eos_id`` positions, :func:`document_ids`).
   """
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
@@ -184,9 +201,10 @@ class Transformer(nnx.Module):
     T = tokens_BT.shape[1]
     x_BTD = jnp.take(self.embed_VD[...], tokens_BT, axis=0).astype(dt)
     sin_TK2, cos_TK2 = rope_tables(T, cfg.head_dim, cfg.rope_theta)
+    segment_ids_BT = document_ids(tokens_BT, cfg.eos_id) if cfg.document_mask else None
 
     def block_fn(block, x_BTD):
-      return block(x_BTD, sin_TK2, cos_TK2)
+      return block(x_BTD, sin_TK2, cos_TK2, segment_ids_BT)
 
     if cfg.remat == "full":
       block_fn = nnx.remat(block_fn)
@@ -209,6 +227,33 @@ class Transformer(nnx.Module):
       head_DV = self.head_DV[...]
     return jnp.einsum("btd,dv->btv", x_BTD, head_DV.astype(dt),
                       preferred_element_type=jnp.float32)
+
+
+# Every parameter's role, by its leaf name: the weight-decay mask (chinchax.train.optim) reads
+# roles, never ranks, since stacking layers (scan_layers) gives norm scales a leading axis.
+PARAM_ROLES = {
+    "embed_VD": "embedding", "head_DV": "embedding",
+    "wq_DHK": "matrix", "wk_DHK": "matrix", "wv_DHK": "matrix", "wo_HKD": "matrix",
+    "w_gate_DF": "matrix", "w_up_DF": "matrix", "w_down_FD": "matrix",
+    "scale": "norm",
+}
+
+
+def param_role(path) -> str:
+  """The role of the parameter at pytree ``path``: "embedding", "matrix" or "norm".
+
+  Decided by the parameter's own (last) name, so the unscanned layout
+  (``blocks/0/attn_norm/scale`` [D]) and the scanned one (``blocks/attn_norm/scale``
+  [L, D]) agree.
+
+  Raises:
+    KeyError: a parameter absent from :data:`PARAM_ROLES` (a new parameter must be given a role).
+  """
+  names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+  names = [n for n in names if isinstance(n, str) and n != "value"]
+  if not names or names[-1] not in PARAM_ROLES:
+    raise KeyError(f"parameter {'/'.join(map(str, names))!r} has no role in model.PARAM_ROLES")
+  return PARAM_ROLES[names[-1]]
 
 
 def count_params(model: nnx.Module) -> budget.ParamCounts:

@@ -23,7 +23,8 @@ OURS = ("chinchax", "analysis")
 CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.config",
         "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
-        "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data")
+        "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
+        "chinchax.paths")
 # The one function-level import of our modules, and why.
 DEFERRED = {
     ("chinchax/cli/plan.py", "chinchax.planning.measure"):

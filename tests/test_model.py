@@ -134,3 +134,23 @@ def test_scan_layers_stacks_with_a_layers_axis():
   # Layers are initialised independently, not copies of one another.
   wq = params["blocks"]["attn"]["wq_DHK"][...]
   assert not np.allclose(wq[0], wq[1])
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_document_mask_keeps_attention_inside_each_document(scan_layers):
+  """With document_mask, positions after an EOS do not see the document before it; without, they
+  do. A window without EOS computes exactly the causal model."""
+  kw = dict(vocab_size=257, d_model=32, n_layers=2, n_heads=4, d_ff=64, scan_layers=scan_layers)
+  plain = Transformer(ModelConfig(**kw), nnx.Rngs(params=3))
+  masked = Transformer(ModelConfig(**kw, document_mask=True, eos_id=256), nnx.Rngs(params=3))
+  a = np.array(jax.random.randint(jax.random.key(1), (2, 24), 0, 256))
+  a[:, 9] = 256  # document 0 is positions 0-9 (EOS included), document 1 starts at 10
+  b = a.copy()
+  b[:, :9] = (b[:, :9] + 17) % 256  # other text in document 0
+  la, lb = np.asarray(masked(jnp.asarray(a))), np.asarray(masked(jnp.asarray(b)))
+  np.testing.assert_array_equal(la[:, 10:], lb[:, 10:])
+  assert np.abs(la[:, :10] - lb[:, :10]).max() > 1e-3
+  pa, pb = np.asarray(plain(jnp.asarray(a))), np.asarray(plain(jnp.asarray(b)))
+  assert np.abs(pa[:, 10:] - pb[:, 10:]).max() > 1e-3
+  no_eos = jnp.asarray(np.where(a == 256, 5, a))
+  np.testing.assert_array_equal(np.asarray(masked(no_eos)), np.asarray(plain(no_eos)))

@@ -242,3 +242,24 @@ def test_bad_fields_are_named_before_any_work(tmp_path, capsys):
   assert not (tmp_path / "s").exists()
   rc = cli.main(["prepare", "--config.data.source=hf"])
   assert rc == 2 and "needs data.hf_name" in capsys.readouterr().err
+
+
+def test_binary_file_read_as_text_warns(tmp_path, capsys):
+  """A binary file among .txt documents: the store is built, with one warning naming the share."""
+  from chinchax import config as config_lib
+  from chinchax.data import builder
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  for i in range(5):
+    (corpus / f"text{i}.txt").write_text("plain readable text, line after line.\n" * 40)
+  (corpus / "image.txt").write_bytes(bytes(range(128, 256)) * 40)
+  c = config_lib.get_variant("tiny").data
+  c.update(source="files", paths=str(corpus / "*.txt"), store_root=str(tmp_path / "stores"),
+           val_fraction=0.2, prepare_workers=1)
+  d = builder.prepare(c)
+  err = capsys.readouterr().err
+  assert err.count("warning:") == 1 and "U+FFFD replacement characters" in err, err
+  assert store.replacement_share(_manifest(d)) > 0.3
+  (corpus / "image.txt").unlink()
+  builder.prepare(c)
+  assert "warning:" not in capsys.readouterr().err

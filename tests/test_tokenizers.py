@@ -136,3 +136,15 @@ def test_resume_with_another_tokenizer_is_refused(bpe_run, capsys):
   other.data.bpe_vocab_size = 1024
   with pytest.raises(checkpoint_lib.CheckpointError, match="vocab_size=1024"):
     train_lib.train(other, devices=jax.devices()[:1], verbose=False)
+
+
+def test_special_tokens_inside_text_stay_text(tmp_path):
+  """A literal <|endoftext|> in a document is its characters, not EOS (BPE and tokenizer.json)."""
+  a = tokenizers.train_bpe(iter(TEXTS), 300)
+  a.save(tmp_path)
+  for tok in (a, tokenizers.HFTokenizer.from_file(str(tmp_path / "tokenizer.json"))):
+    text = "before <|endoftext|> after".encode()
+    ids = tok.encode(text)
+    assert tok.eos_id not in ids.tolist() and len(ids) > 3
+    assert tok.decode(ids) == text
+    assert tok.encode_batch([text])[0].tolist() == ids.tolist()

@@ -10,6 +10,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -167,3 +168,158 @@ def test_resume_after_sigkill_is_bitwise_identical(small_corpus, store_root, tmp
   assert b["final_eval_loss"] == a["final_eval_loss"]
   # Same data order: every step's loss equals the uninterrupted run's (same batches).
   assert _losses(run) == _losses(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+@pytest.mark.parametrize("decay_embeddings", [False, True])
+def test_weight_decay_mask_by_role(scan_layers, decay_embeddings):
+  """Norm scales never decay, matrices always, embeddings as asked: in both layer layouts."""
+  c = config_lib.get_variant("tiny")
+  c.model.update(scan_layers=scan_layers, tie_embeddings=False)
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  params = program.abstract_state["params"]
+  mask = train_lib.weight_decay_mask(params, decay_embeddings)
+  key = lambda p: "/".join(str(k.key if hasattr(k, "key") else getattr(k, "idx", ""))  # noqa: E731
+                           for k in p if not hasattr(k, "name"))
+  flat = {key(p): v for p, v in jax.tree_util.tree_flatten_with_path(mask)[0]}
+  norms = [k for k in flat if k.endswith("scale")]
+  assert len(norms) == (2 + 1 if scan_layers else 2 * c.model.n_layers + 1)
+  if scan_layers:  # stacked: the block norms are [L, D]
+    shapes = {key(p): x.shape for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+    assert shapes["blocks/attn_norm/scale"] == (c.model.n_layers, c.model.d_model)
+  for k, v in flat.items():
+    if k.endswith("scale"):
+      assert v is False, k
+    elif k in ("embed_VD", "head_DV"):
+      assert v is decay_embeddings, k
+    else:
+      assert v is True, k
+
+
+@pytest.mark.parametrize("checkpoint_every, first_bad, stopped_at, kept", [
+    (5, "at step 8", 10, [5]),  # the loss of step 8 is NaN, seen at the check of step 10
+    (7, "after step 7", 7, []),  # the state after step 7 is NaN, seen before its save
+])
+def test_divergence_stops_and_keeps_the_last_finite_checkpoint(
+    tiny_config, monkeypatch, checkpoint_every, first_bad, stopped_at, kept):
+  from chinchax.train import step as step_lib
+  make = step_lib.make_train_step
+
+  def poisoned(*a):
+    inner = make(*a)
+
+    def train_step(state, batch):
+      state, m = inner(state, batch)
+      bad = state["step"] == 7
+      state["params"] = jax.tree.map(lambda p: jnp.where(bad, jnp.nan, p), state["params"])
+      return state, m
+    return train_step
+
+  monkeypatch.setattr(step_lib, "make_train_step", poisoned)
+  c = tiny_config
+  c.train.update(checkpoint_every=checkpoint_every, log_every=100, eval_every=100)
+  with pytest.raises(train_lib.Diverged, match=f"{first_bad}.*stopped at step {stopped_at}") as e:
+    train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  assert "\n" not in str(e.value)
+  ckpts = pathlib.Path(c.workdir) / "checkpoints"
+  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == kept
+  # Off: the run goes on to its end (the old behaviour), with one warning.
+  c.workdir = c.workdir + "-off"
+  c.train.stop_on_nonfinite = False
+  assert math.isnan(train_lib.train(c, devices=jax.devices()[:1], verbose=False)["final_train_loss"])
+
+
+def _damage(step_dir: pathlib.Path, how: str) -> None:
+  import shutil
+  item = step_dir / "default"
+  data = [f for f in item.rglob("*") if f.is_file() and f.parent.name == "d"]
+  if how == "overwritten":  # same size, other bytes: restores without an orbax error
+    for f in data:
+      b = bytearray(f.read_bytes())
+      b[len(b) // 2:len(b) // 2 + 64] = bytes(range(7, 71))
+      f.write_bytes(bytes(b))
+  elif how == "truncated":
+    for f in data:
+      f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 3])
+  elif how == "no default/":
+    shutil.rmtree(item)
+  elif how == "no _METADATA":
+    (item / "_METADATA").unlink()
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(small_corpus, store_root, tmp_path_factory):
+  """A finished 20-step tiny run with intact checkpoints at steps 10 and 20."""
+  c = config_lib.get_variant("tiny")
+  c.workdir = str(tmp_path_factory.mktemp("ckpts") / "run")
+  c.data.update(source="files", paths=str(small_corpus / "*.txt"), store_root=str(store_root),
+                val_fraction=0.1)
+  c.mesh.num_cpu_devices = 0
+  c.train.update(checkpoint_every=10, keep_checkpoints=3)
+  train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  return c
+
+
+@pytest.mark.parametrize("how", ["overwritten", "truncated", "no default/", "no _METADATA"])
+def test_damaged_latest_checkpoint_falls_back_to_the_newest_intact_one(two_checkpoints, tmp_path,
+                                                                       capsys, how):
+  import shutil
+  from chinchax import checkpoint as checkpoint_lib
+  c = two_checkpoints
+  run = tmp_path / "run"
+  shutil.copytree(c.workdir, run)
+  _damage(run / "checkpoints" / "20", how)
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  ckpt = checkpoint_lib.Checkpointer(run / "checkpoints", 10, 3)
+  state = ckpt.restore_latest(program.abstract_state, program.shardings)
+  assert int(state["step"]) == 10
+  err = capsys.readouterr().err
+  assert "warning: the checkpoint at step 20" in err and "different model shape" not in err, err
+  assert (run / "checkpoints-unusable" / "20").is_dir()  # set aside, not deleted
+  assert (run / "checkpoints" / "10").is_dir() and not (run / "checkpoints" / "20").exists()
+  ckpt.wait_and_close()
+  if how == "overwritten":  # and the run resumes from step 10 to its end
+    c2 = c.copy_and_resolve_references()
+    c2.workdir = str(run)
+    summary = train_lib.train(c2, devices=jax.devices()[:1], verbose=False)
+    assert summary["resumed"] and summary["steps"] == 20 and math.isfinite(summary["final_eval_loss"])
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == ["10", "20"]
+
+
+def test_restore_gives_no_orbax_metadata_warning(two_checkpoints, caplog):
+  from chinchax import checkpoint as checkpoint_lib
+  c = two_checkpoints
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  ckpt = checkpoint_lib.Checkpointer(pathlib.Path(c.workdir) / "checkpoints", 10, 3)
+  with caplog.at_level("WARNING"):
+    assert int(ckpt.restore_latest(program.abstract_state, program.shardings)["step"]) == 20
+  ckpt.wait_and_close()
+  assert not [r for r in caplog.records if "does not exist" in r.getMessage()], caplog.text
+
+
+def test_z_loss_is_logged_and_the_warmup_cap_printed(tiny_config, capsys):
+  c = tiny_config
+  c.budget.steps = 6
+  c.train.update(z_loss=1e-3, warmup_steps=5, log_every=3, eval_every=6)
+  train_lib.train(c, devices=jax.devices()[:1])
+  out = capsys.readouterr().out
+  assert "train.warmup_steps=5 capped at 10% of the run's 6 steps: 0 warmup step(s)" in out, out
+  rows = [json.loads(l) for l in (pathlib.Path(c.workdir) / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows] == [3, 6]
+  # z-loss = 1e-3 · mean (log Z)², log Z ≈ ln 257 at init
+  assert all(0 < r["z_loss"] < 1e-3 * 2 * math.log(257) ** 2 for r in rows), rows
+
+
+def test_cpu_peak_is_measured_once_per_host(monkeypatch, tmp_path):
+  from chinchax.train import mfu
+  calls = []
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  monkeypatch.setattr(mfu, "calibrate_cpu_flops", lambda: calls.append(1) or 1e10 * len(calls))
+  c = config_lib.get_variant("tiny")
+  first, second = mfu.peak_flops(c, 1), mfu.peak_flops(c, 1)
+  assert calls == [1] and first[0] == second[0] == 1e10
+  assert "measured now, cached in" in first[1] and "measured once, cached in" in second[1]
+  assert mfu.cpu_flops_cache().is_file()

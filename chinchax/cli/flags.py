@@ -59,6 +59,30 @@ def _one_line(e: Exception) -> str:
                 r"'\1' is not a boolean; use True or False", line)
 
 
+def _unknown_key(argv: list[str], default: pathlib.Path, verb: str, key: str) -> str | None:
+  """For a bare ``key`` message (an unknown key without a close match): which override named it,
+  where it is missing, and the keys that are there."""
+  if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+    return None
+  overrides = [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+  paths = [p for p in overrides if key in p.split(".")]
+  if not paths:
+    return None
+  try:
+    base = parse_config([a for a in argv if not a.startswith("--config.")], default, verb)
+  except UsageError:
+    return None
+  node, parts = base, paths[0].split(".")
+  for i, part in enumerate(parts):
+    if not hasattr(node, "keys") or part not in node:
+      where = f"section {'.'.join(parts[:i])!r}" if i else "the config"
+      known = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "none: it is a value"
+      return (f"unknown config key {paths[0]!r}: {where} has no key {part!r}; its keys: {known} "
+              f"(every knob with its comment: chinchax/config.py)")
+    node = node[part]
+  return None
+
+
 def parse_config(argv: list[str], default: pathlib.Path, verb: str):
   """Parses ``--config FILE[:VARIANT]`` plus dotted overrides.
 
@@ -85,7 +109,8 @@ def parse_config(argv: list[str], default: pathlib.Path, verb: str):
     rest = fv(full_argv)
     config = fv.config
   except Exception as e:  # noqa: BLE001 — any parse failure is the user's input
-    raise UsageError(_one_line(e)) from None
+    line = _one_line(e)
+    raise UsageError(_unknown_key(argv, default, verb, line) or line) from None
   if len(rest) > 1:
     raise UsageError(f"unexpected argument(s) {' '.join(rest[1:])!r}; options look like "
                      f"--config.SECTION.KNOB=VALUE")

@@ -48,6 +48,7 @@ import time
 import numpy as np
 
 from chinchax import console
+from chinchax import paths as paths_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -76,7 +77,8 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
   The npz holds ``tokens`` [n] (each kept document's ids then EOS, in the
   tokenizer's dtype), ``doc_tokens`` int64 [d] (tokens per kept document, EOS
   included), ``doc_bytes`` int64 [d], ``doc_val`` bool [d] and ``stats`` int64
-  [4] (documents read, empty skipped, invalid UTF-8 replaced, skipped).
+  [4] (documents read, empty skipped, invalid UTF-8 replaced, skipped) and
+  ``replacement_chars`` int64 (U+FFFD characters in the kept text).
 
   Args:
     path: the shard file to write.
@@ -90,7 +92,7 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
   tok = tokenizer if tokenizer is not None else _worker_tokenizer
   stats = dict.fromkeys(_STATS, 0)
   stats["documents"] = len(docs)
-  kept, val = [], []
+  kept, val, replacement_chars = [], [], 0
   for data in docs:
     if not data:
       stats["empty"] += 1
@@ -100,6 +102,7 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
       stats["skipped"] += 1
       continue
     stats["replaced"] += status == "replaced"
+    replacement_chars += text.count(store_lib.REPLACEMENT)
     kept.append(text)
     val.append(store_lib.is_val(text, val_fraction))
   ids = tok.encode_batch(kept) if kept else []
@@ -111,7 +114,8 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
     np.savez(f, tokens=tokens, doc_tokens=np.array([len(a) + 1 for a in ids], np.int64),
              doc_bytes=np.array([len(t) for t in kept], np.int64),
              doc_val=np.array(val, dtype=bool),
-             stats=np.array([stats[k] for k in _STATS], np.int64))
+             stats=np.array([stats[k] for k in _STATS], np.int64),
+             replacement_chars=np.int64(replacement_chars))
   os.replace(tmp, path)
   return stats
 
@@ -195,7 +199,7 @@ def trained_bpe(source, spec, store_root: pathlib.Path, fp: str, val_fraction: f
 
 def build(source, tokenizer, store_root: str, val_fraction: float, *,
           decode_errors: str = "replace", workers: int = 1, shard_mb: float = 4.0,
-          progress: bool = False) -> pathlib.Path:
+          progress: bool = False, on_scan=None) -> pathlib.Path:
   """Builds (or finds, or resumes) the token store for (source, tokenizer).
 
   Args:
@@ -208,6 +212,8 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
     workers: tokenizer processes; 1 tokenizes here, 0 = :func:`default_workers`.
     shard_mb: MB of text per shard (the unit of parallel work and of resuming).
     progress: show tqdm progress bars (stderr).
+    on_scan: called with the corpus fingerprint after the scan, before a
+      tokenizer is trained or anything is written (the trainer's resume check).
   Returns:
     the store directory (complete: it has a manifest).
   Raises:
@@ -223,6 +229,8 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
     raise sources_lib.DataError(f"corpus {source.describe()} has no non-empty document "
                                 f"({info.documents} documents read)")
   fp = info.fingerprint
+  if on_scan is not None:
+    on_scan(fp)
   root = pathlib.Path(os.path.expanduser(store_root))
   timings = {"scan_s": time.perf_counter() - t0, "tokenizer_train_s": 0.0}
   if isinstance(tokenizer, tokenizers_lib.BPESpec):
@@ -278,6 +286,7 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
   shutil.rmtree(assembly, ignore_errors=True)
   assembly.mkdir()
   counts, documents, digest = _assemble(shard_dir, n_shards, tokenizer, assembly)
+  replacement_chars = documents.pop("replacement_chars")
   timings["assemble_s"] = time.perf_counter() - t
   timings["total_s"] = time.perf_counter() - t0
   tokenizer.save(assembly)
@@ -294,6 +303,7 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
       "split_rule": store_lib.SPLIT_RULE,
       "decode_errors": decode_errors,
       "documents": documents,
+      "replacement_chars": replacement_chars,
       "empty_documents_skipped": documents["empty_skipped"],
       "splits": counts,
       "content_sha256": digest,
@@ -378,12 +388,13 @@ def _tokenize(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, dec
 
 def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Path):
   """Concatenates shards 0..n_shards-1 into ``out``; returns (split counts, document counts, hash)."""
-  metas, stats = [], np.zeros(len(_STATS), np.int64)
+  metas, stats, replacement_chars = [], np.zeros(len(_STATS), np.int64), 0
   for k in range(n_shards):
     with np.load(shard_dir / f"{k:06d}.npz") as z:
       metas.append({"doc_tokens": z["doc_tokens"], "doc_bytes": z["doc_bytes"],
                     "doc_val": z["doc_val"].copy()})
       stats += z["stats"]
+      replacement_chars += int(z["replacement_chars"]) if "replacement_chars" in z else 0
   with_docs = [m for m in metas if len(m["doc_val"])]
   n_kept = sum(len(m["doc_val"]) for m in metas)
   n_val = sum(int(m["doc_val"].sum()) for m in metas)
@@ -422,22 +433,28 @@ def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Pa
     np.save(out / f"{split}_docs.npy", starts)
     parts[split] = (counts[split]["tokens"], token_hex,
                     hashlib.sha256(starts.astype("<i8").tobytes()).hexdigest())
-  documents = {"read": int(stats[0]), "kept": n_kept, "empty_skipped": int(stats[1]),
-               "invalid_utf8_replaced": int(stats[2]), "invalid_utf8_skipped": int(stats[3])}
+  documents = {"replacement_chars": replacement_chars, "read": int(stats[0]), "kept": n_kept,
+               "empty_skipped": int(stats[1]), "invalid_utf8_replaced": int(stats[2]), "invalid_utf8_skipped": int(stats[3])}
   return counts, documents, store_lib.hash_parts(tokenizer.dtype, parts)
 
 
-def prepare(data_cfg, *, progress: bool = False) -> pathlib.Path:
+def prepare(data_cfg, *, progress: bool = False, on_scan=None) -> pathlib.Path:
   """Builds (or finds) the store ``config.data`` describes; returns its directory.
+
+  ``on_scan``: see :func:`build`.
 
   Raises:
     DataError: bad source, field, tokenizer file or empty corpus (before tokenizing).
+    PathError: ``data.store_root`` cannot be written, or a corpus file read (before the scan).
   """
+  paths_lib.check_writable_dir(data_cfg.store_root, "data.store_root")
   source = sources_lib.make_source(data_cfg)
   tokenizer = tokenizers_lib.make_tokenizer(data_cfg)
-  return build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
-               decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
-               shard_mb=data_cfg.shard_mb, progress=progress)
+  directory = build(source, tokenizer, data_cfg.store_root, data_cfg.val_fraction,
+                    decode_errors=data_cfg.decode_errors, workers=data_cfg.prepare_workers,
+                    shard_mb=data_cfg.shard_mb, progress=progress, on_scan=on_scan)
+  store_lib.warn_replacement_share(directory)
+  return directory
 
 
 def report(directory: pathlib.Path) -> str:

@@ -23,6 +23,7 @@ import sysconfig
 from typing import Iterator
 
 from chinchax import errors
+from chinchax import paths as paths_lib
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_DOCUMENTS = ("file", "paragraph", "line")
@@ -116,6 +117,7 @@ class FileSource:
   Raises:
     DataError: a glob that matches no file, a file with an unsupported
       extension, or a jsonl / parquet file whose first row has no ``text_field``.
+    PathError: a corpus file, or a directory a glob must list, cannot be read.
   """
 
   name = "files"
@@ -130,6 +132,10 @@ class FileSource:
       matched = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
       matched = [m for m in matched if os.path.isfile(m)]
       if not matched:
+        blocked = paths_lib.unreadable_dir(pattern)
+        if blocked is not None:
+          raise paths_lib.PathError(f"data.paths glob {pattern!r} cannot be matched: directory "
+                                    f"{blocked} cannot be read (permission denied)")
         raise DataError(f"data.paths glob {pattern!r} matches no file")
       self.files.extend(pathlib.Path(m).resolve() for m in matched)
     if not self.files:
@@ -138,6 +144,7 @@ class FileSource:
       if f.suffix not in FILE_SUFFIXES:
         raise DataError(f"unsupported corpus file {str(f)!r}: use {', '.join(FILE_SUFFIXES)}")
     for f in self.files:
+      paths_lib.check_readable_file(f)
       self._check_field(f)
 
   def _check_field(self, f: pathlib.Path) -> None:

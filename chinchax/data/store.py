@@ -32,9 +32,15 @@ import pathlib
 import numpy as np
 import tensorstore as ts
 
+from chinchax import console
+
 FORMAT = 2
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
+REPLACEMENT = "\ufffd".encode("utf-8")  # U+FFFD, what invalid UTF-8 becomes under "replace"
+# Above this share of U+FFFD among a store's text bytes, a warning: binary files read as text, or a
+# corpus in another encoding.
+REPLACEMENT_WARN_SHARE = 0.01
 SPLIT_RULE = ("document to val iff int.from_bytes(sha256(document bytes)[:8], 'little') / 2^64 "
               "< val_fraction; then at least one document in each split")
 CHUNK = 1 << 20  # tokens per zarr chunk
@@ -162,3 +168,23 @@ def bits_per_byte(loss_nats_per_token: float, n_tokens: int, n_bytes: int) -> fl
   comparable across tokenizers: the same documents, the same bytes.
   """
   return loss_nats_per_token * n_tokens / (n_bytes * math.log(2))
+
+
+def replacement_share(manifest: dict) -> float:
+  """Share of a store's text bytes that are U+FFFD (3 bytes each); NaN for a store built
+  before the count was kept."""
+  if "replacement_chars" not in manifest:
+    return float("nan")
+  text_bytes = sum(manifest["splits"][s]["bytes"] for s in SPLITS)
+  return 3 * manifest["replacement_chars"] / max(text_bytes, 1)
+
+
+def warn_replacement_share(directory: pathlib.Path) -> None:
+  """Warns when more than :data:`REPLACEMENT_WARN_SHARE` of the store's text is U+FFFD."""
+  m = json.loads((pathlib.Path(directory) / MANIFEST).read_text())
+  share = replacement_share(m)
+  if share > REPLACEMENT_WARN_SHARE:
+    console.warn(f"{100 * share:.1f}% of the text in store {directory} is U+FFFD replacement "
+                 f"characters ({m['documents']['invalid_utf8_replaced']:,} documents had invalid "
+                 f"UTF-8): binary files, or text in another encoding? data.decode_errors='skip' "
+                 f"drops such documents")

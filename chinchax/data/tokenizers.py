@@ -34,6 +34,7 @@ from chinchax.data.sources import DataError
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 BPE_EOS = "<|endoftext|>"
+SPECIAL_AS_TEXT = b"chinchax: special tokens inside text are encoded as text\n"
 
 
 class TokenizerError(DataError):
@@ -118,7 +119,12 @@ class HFTokenizer:
     self.eos_id = int(vocab[self.eos_token])
     self.dtype = ids_dtype(self.vocab_size)
     self._json = tokenizer.to_str()
-    self.digest = hashlib.sha256(self._json.encode("utf-8")).hexdigest()
+    # Text is only ever text: a literal "<|endoftext|>" (or any special token) inside a document is
+    # encoded as its characters, never as the special id; EOS is appended by the builder alone.
+    # (A runtime setting, not in the JSON: the digest says so, so stores built otherwise are not reused.)
+    tokenizer.encode_special_tokens = True
+    self.digest = hashlib.sha256(
+        SPECIAL_AS_TEXT + self._json.encode("utf-8")).hexdigest()
 
   @classmethod
   def from_file(cls, path: str, eos_token: str = "", *, name: str = "hf", kind: str = "hf"):
@@ -182,6 +188,7 @@ class BPESpec:
   """A byte-level BPE still to be trained: knows its name and vocab size only."""
 
   kind = "bpe"
+  eos_id = 0  # BPE_EOS is the trained vocabulary's first token (train_bpe)
 
   def __init__(self, vocab_size: int):
     self.vocab_size = int(vocab_size)

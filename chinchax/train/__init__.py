@@ -14,7 +14,7 @@ step, :func:`build_program`), :mod:`~chinchax.train.mfu` (peak FLOP/s),
 (the run).
 """
 
-from chinchax.train.loop import RunData, prepare_data, train
+from chinchax.train.loop import Diverged, RunData, prepare_data, train
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
 from chinchax.train.mfu import calibrate_cpu_flops, peak_flops
 from chinchax.train.optim import lr_schedule, make_optimizer, weight_decay_mask
@@ -23,7 +23,7 @@ from chinchax.train.step import (TrainProgram, build_program, compiled_train_ste
                                  global_batch, loss_terms, make_eval_step, make_train_step)
 
 __all__ = [
-    "RunData", "RunSpec", "MetricsLog", "TrainProgram", "build_program", "calibrate_cpu_flops",
+    "Diverged", "RunData", "RunSpec", "MetricsLog", "TrainProgram", "build_program", "calibrate_cpu_flops",
     "compiled_train_step_cost", "describe", "global_batch", "log_spaced_steps", "loss_terms",
     "lr_schedule", "make_eval_step", "make_optimizer", "make_train_step", "peak_flops",
     "prepare_data", "resolve", "train", "weight_decay_mask",

@@ -20,14 +20,25 @@ from chinchax import budget
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
+from chinchax import errors
+from chinchax import paths as paths_lib
 from chinchax import sharding as sharding_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
+from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.train import mfu
 from chinchax.train import spec as spec_lib
 from chinchax.train import step as step_lib
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
+
+
+class Diverged(errors.UserError):
+  """The training loss or gradient norm became NaN/Inf (``train.stop_on_nonfinite``).
+
+  The message names the first non-finite step and the last checkpoint, which
+  holds a finite state; nothing non-finite was saved.
+  """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +65,8 @@ class RunData:
     return store_lib.bits_per_byte(nats, self.val_split.n_tokens, self.val_split.n_bytes)
 
 
-def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = None) -> RunData:
+def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = None,
+                 on_scan=None) -> RunData:
   """Builds/loads the store and the train/eval pipelines; raises DataError before any compile.
 
   In a multi-process run process 0 builds the token store first while the others
@@ -64,10 +76,13 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
   Args:
     rows: the rows [r0, r1) of every global train and eval batch this process
       reads (default: an equal contiguous share by process index).
+    on_scan: called with the corpus fingerprint before the store is built
+      (``builder.build``).
   """
   with distributed_lib.process_zero_first("chinchax:token-store"):
     directory = builder_lib.prepare(
-        config.data, progress=config.train.progress and jax.process_index() == 0)
+        config.data, progress=config.train.progress and jax.process_index() == 0,
+        on_scan=on_scan)
   train_split = store_lib.TokenSplit(directory, "train")
   val_split = store_lib.TokenSplit(directory, "val")
   if rows is None:
@@ -98,6 +113,27 @@ class _StepLog:
     self.compile_s = None
     self._pending = None
     self._window_t0, self._window_steps = time.perf_counter(), 0
+    self._unchecked = []  # (step, loss, grad_norm) device scalars since the last finiteness check
+    self.nonfinite_at = None  # (step, loss, grad_norm) of the first non-finite step seen
+    self.warned_nonfinite = False
+
+  def watch(self, step_no: int, metrics) -> None:
+    """Keeps step ``step_no``'s loss and grad norm (device scalars: no wait) for :meth:`check`."""
+    self._unchecked.append((step_no, metrics["loss"], metrics["grad_norm"]))
+
+  def check(self):
+    """(step, loss, grad_norm) of the first non-finite step so far, or None.
+
+    Fetches the scalars kept since the last call in one transfer: called at log
+    and checkpoint steps, where the loop waits for the device anyway.
+    """
+    rows, self._unchecked = self._unchecked, []
+    if self.nonfinite_at is None and rows:
+      for step_no, loss, grad_norm in jax.device_get(rows):
+        if not (math.isfinite(float(loss)) and math.isfinite(float(grad_norm))):
+          self.nonfinite_at = (step_no, float(loss), float(grad_norm))
+          break
+    return self.nonfinite_at
 
   @property
   def last_train_loss(self) -> float:
@@ -142,6 +178,7 @@ class _StepLog:
     self.metrics.write({"step": step_no, "loss": loss,
                         "bits_per_byte": self.data.train_bits_per_byte(loss),
                         "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
+                        **({"z_loss": float(m["z_loss"])} if "z_loss" in m else {}),
                         "tokens": step_no * self.spec.tokens_per_step, **extra})
     self.bar.set_postfix(loss=f"{loss:.3f}", eval=f"{self.eval_loss:.3f}", refresh=False)
 
@@ -179,26 +216,28 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     t_dispatch = time.perf_counter()
     state, metrics = program.step(state, program.global_batch(local_batch))
     log.stepped(state, t_dispatch)
+    log.watch(step + 1, metrics)
     done = step + 1
     is_last = done == spec.steps
     is_eval = done % t.eval_every == 0 or is_last or done in eval_at
     if done % t.log_every == 0 or is_eval:
       jax.block_until_ready(metrics["loss"])
       extra = log.speed()
+      log.defer(done, metrics, extra)  # written at the next step: eval fills ``extra`` first
+      _check_finite(config, log, ckpt, done)
       if is_eval:
         log.eval_loss = _evaluate(program, state["params"], data.evals)
         extra["eval_loss"] = log.eval_loss
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
-      log.defer(done, metrics, extra)
       if is_last or done % t.checkpoint_every == 0:
-        ckpt.save(done, state, force=is_last)
+        _save(config, log, ckpt, done, state, force=is_last)
       log.restart_window()
     elif done % t.checkpoint_every == 0:
-      ckpt.save(done, state)
+      _save(config, log, ckpt, done, state)
     if not is_last and distributed_lib.reached_preemption(done):
       log.flush()
       if ckpt.latest_step() != done:
-        ckpt.save(done, state, force=True)
+        _save(config, log, ckpt, done, state, force=True)
       _shut_down(ckpt, log)
       say(f"preempted at step {done}: checkpoint saved in {ckpt.directory}")
       raise distributed_lib.Preempted(done, str(ckpt.directory.parent))
@@ -206,11 +245,64 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
   return state
 
 
+def _save(config, log: _StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, state,
+          force: bool = False) -> None:
+  """Checks the state is finite, then starts its save (at the interval, or ``force``).
+
+  Raises:
+    Diverged: see :func:`_check_finite`.
+    CheckpointError: the checkpoint directory cannot be written; the metric
+      rows so far are written and the logs closed first.
+  """
+  _check_finite(config, log, ckpt, done, state)
+  try:
+    ckpt.save(done, state, force=force)
+  except checkpoint_lib.CheckpointError:
+    log.close()
+    raise
+
+
+def _check_finite(config, log: _StepLog, ckpt: checkpoint_lib.Checkpointer, done: int,
+                  state=None) -> None:
+  """Stops the run at a non-finite loss or grad norm, or (``state`` given, before a save) params.
+
+  With ``train.stop_on_nonfinite`` False it warns once and lets the run go on.
+
+  Raises:
+    Diverged: after the rows so far are written and the pending (finite)
+      checkpoint writes have finished; the non-finite state is not saved.
+  """
+  bad = log.check()
+  what = None
+  if bad is not None:
+    step_no, loss, grad_norm = bad
+    what = f"the loss is {loss} (grad norm {grad_norm}) at step {step_no}"
+  elif state is not None and not checkpoint_lib.all_finite(state["params"]):
+    what = f"the parameters after step {done} hold NaN/Inf"
+  if what is None:
+    return
+  if not config.train.stop_on_nonfinite:
+    if not log.warned_nonfinite:
+      log.warned_nonfinite = True
+      console.warn(f"{what}; training goes on (train.stop_on_nonfinite=False)",
+                   enabled=jax.process_index() == 0)
+    return
+  _shut_down(ckpt, log)
+  last = ckpt.latest_step()
+  kept = (f"the last checkpoint, step {last} in {ckpt.directory}, holds a finite state"
+          if last is not None else "no checkpoint was saved before it")
+  raise Diverged(f"training diverged: {what} (stopped at step {done}, nothing non-finite saved; "
+                 f"{kept}); lower train.peak_lr, raise train.warmup_steps or set train.grad_clip,"
+                 f" and start in another workdir")
+
+
 def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
   """Writes the last row, waits for checkpoint writes, closes the logs and the bar."""
   log.flush()
-  ckpt.wait_and_close()
-  log.close()
+  try:
+    ckpt.wait_and_close()
+  finally:
+    log.close()
 
 
 def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final_step: int,
@@ -269,7 +361,10 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   Raises:
     ConfigError: invalid config (before any data is read).
     DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
+    PathError: the workdir or store root cannot be written, or a corpus file
+      read (before the token store is built).
     CheckpointError: the workdir's checkpoint does not match the config's model.
+    Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
       boundary after a checkpoint was saved (see ``chinchax.distributed``).
   """
@@ -279,25 +374,37 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   devices = list(jax.devices() if devices is None else devices)
   spec = spec_lib.resolve(config, len(devices))
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
-  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size)
+  for path, what in ((workdir, "workdir"), (workdir / "checkpoints", "checkpoint directory")):
+    if path == workdir or path.exists():
+      paths_lib.check_writable_dir(path, what)
+  paths_lib.check_writable_dir(config.data.store_root, "data.store_root")
+  mesh = sharding_lib.make_mesh(spec.mesh, devices)
+  program = step_lib.build_program(config, spec, mesh)  # shapes and jit wrappers: no compile yet
+  tokenizer = tokenizers_lib.make_tokenizer(config.data)
+  tokenizer_sha256 = getattr(tokenizer, "digest", None)  # a BPE still to train has none yet
+  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
+                                  tokenizer_sha256=tokenizer_sha256,
+                                  abstract_state=program.abstract_state)
   say(spec_lib.describe(spec, config, len(devices)))
 
-  mesh = sharding_lib.make_mesh(spec.mesh, devices)
   rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
                                            spec.global_batch_size)
-  data = prepare_data(config, spec, rows)
+  data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
+      workdir, "store_fingerprint", fp))
   say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
       f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs")
   unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
 
   workdir.mkdir(parents=True, exist_ok=True)
-  program = step_lib.build_program(config, spec, mesh)
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
                                      config.train.keep_checkpoints)
   state, resumed = _restore_or_init(ckpt, program)
   start_step = int(jax.device_get(state["step"]))
   if primary:
-    checkpoint_lib.write_run_config(workdir, config, spec)
+    manifest = data.train_split.manifest
+    checkpoint_lib.write_run_config(workdir, config, spec, {
+        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "store_fingerprint": manifest["fingerprint"]})
   if resumed:
     say(f"resumed from checkpoint at step {start_step} in {workdir}")
 

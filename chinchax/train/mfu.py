@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import platform
 import time
 
 import jax
@@ -16,7 +20,8 @@ def peak_flops(config, n_devices: int) -> tuple[float, str]:
   data-sheet peak of a known accelerator (the accelerator table,
   ``chinchax.hardware.device_peak_flops``) × devices; on CPU, where virtual
   devices share the host's cores, a measured float32 matmul throughput of the
-  host × processes.
+  host × processes, measured once per host and cached (:func:`host_cpu_flops`),
+  so the MFU of identical runs is comparable.
   """
   if config.train.peak_flops_per_device > 0:
     return float(config.train.peak_flops_per_device) * n_devices, "config"
@@ -25,8 +30,42 @@ def peak_flops(config, n_devices: int) -> tuple[float, str]:
   if known is not None:
     return known[0] * n_devices, known[1]
   if jax.default_backend() == "cpu":
-    return calibrate_cpu_flops() * jax.process_count(), "CPU float32 matmul calibration of the host"
+    flops, where = host_cpu_flops()
+    return flops * jax.process_count(), f"CPU float32 matmul calibration of the host ({where})"
   return float("nan"), f"unknown device {kind!r}; set train.peak_flops_per_device"
+
+
+def cpu_flops_cache() -> pathlib.Path:
+  """``$XDG_CACHE_HOME/chinchax/cpu_peak_flops.json`` (default ``~/.cache``)."""
+  root = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+  return pathlib.Path(os.path.expanduser(root)) / "chinchax" / "cpu_peak_flops.json"
+
+
+def host_cpu_flops() -> tuple[float, str]:
+  """(FLOP/s, where it came from): the cached calibration of this host, else a new one, cached.
+
+  The key is the host name, CPU, core count, JAX version and local device
+  count; a cache that cannot be read or written is ignored (then each run measures).
+  A single measurement varies between runs (the host's load): the first one is kept.
+  """
+  path = cpu_flops_cache()
+  key = (f"{platform.node()}|{platform.processor() or platform.machine()}|{os.cpu_count()} cores|"
+         f"jax {jax.__version__}|{jax.local_device_count()} devices")
+  try:
+    table = json.loads(path.read_text())
+  except (OSError, ValueError):
+    table = {}
+  if isinstance(table.get(key), (int, float)) and table[key] > 0:
+    return float(table[key]), f"measured once, cached in {path}"
+  flops = calibrate_cpu_flops()
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({**table, key: flops}, indent=2))
+    os.replace(tmp, path)
+    return flops, f"measured now, cached in {path}"
+  except OSError:
+    return flops, "measured now; not cached"
 
 
 def calibrate_cpu_flops(n: int = 1024, repeats: int = 5) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
+from chinchax import model as model_lib
 from chinchax.train.spec import RunSpec
 
 
@@ -24,16 +25,13 @@ def lr_schedule(config, spec: RunSpec) -> optax.Schedule:
 
 
 def weight_decay_mask(params, decay_embeddings: bool):
-  """True for parameters that get weight decay: matrices (ndim ≥ 2), not norms;
-  the embedding / output head only if ``decay_embeddings``."""
+  """True for parameters that get weight decay, by role (``model.param_role``), not rank:
+  projection matrices always, norm scales never (also when ``scan_layers`` stacks them
+  to [L, D]), the embedding / output head only if ``decay_embeddings``."""
 
-  def decide(path, x):
-    names = {getattr(k, "key", getattr(k, "name", None)) for k in path}
-    if x.ndim < 2:
-      return False
-    if names & {"embed_VD", "head_DV"}:
-      return decay_embeddings
-    return True
+  def decide(path, _):
+    role = model_lib.param_role(path)
+    return decay_embeddings if role == "embedding" else role == "matrix"
 
   return jax.tree_util.tree_map_with_path(decide, params)
 

@@ -83,8 +83,9 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   mcfg = model_lib.ModelConfig(
       **dataclasses.asdict(shape), rope_theta=m.rope_theta, norm_eps=m.norm_eps,
       init_std=m.init_std, compute_dtype=dtype,
-      attention=attention_lib.resolve_impl(m.attention, backend, dtype), remat=m.remat,
-      scan_layers=bool(m.scan_layers))
+      attention=attention_lib.resolve_impl(m.attention, backend, dtype, m.document_mask),
+      remat=m.remat, scan_layers=bool(m.scan_layers), document_mask=m.document_mask,
+      eos_id=tok.eos_id)
   counts = budget.param_counts(shape)
   n = counts.total if b.n_kind == "total" else counts.non_embedding
   per_step = t.global_batch_size * t.seq_len
@@ -109,14 +110,15 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
 
 
 def describe(spec: RunSpec, config, n_devices: int) -> str:
-  """The run's budget printout: shape, N three ways, D, C, tokens/param, steps, mesh."""
+  """The run's budget printout: shape, N three ways, D, C, tokens/param, steps, mesh, and the
+  warmup cap (10% of the steps) when it shortens ``train.warmup_steps``."""
   c = spec.counts
   m = spec.model
   return "\n".join([
       f"model   d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} d_ff={m.d_ff} "
       f"vocab_size={m.vocab_size} seq_len={spec.seq_len} tied={m.tie_embeddings} "
       f"compute={m.compute_dtype} attention={m.attention} remat={m.remat}"
-      f"{' scan_layers' if m.scan_layers else ''}",
+      f"{' scan_layers' if m.scan_layers else ''}{' document_mask' if m.document_mask else ''}",
       f"params  total={c.total:,} non_embedding={c.non_embedding:,} embedding={c.embedding:,}"
       f"  (N for the budget: {spec.n_kind} = {spec.n_params:,})",
       f"budget  mode={config.budget.mode} target D={spec.target_tokens:,.0f} tokens -> "
@@ -125,4 +127,6 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
       f"{spec.tokens_per_param:.2f}",
       f"mesh    {spec.mesh} on {n_devices} {jax.default_backend()} device(s), "
       f"{jax.process_count()} process(es)",
-  ])
+  ] + ([f"warmup  train.warmup_steps={config.train.warmup_steps} capped at 10% of the run's "
+        f"{spec.steps:,} steps: {spec.warmup_steps} warmup step(s)"]
+       if spec.warmup_steps < config.train.warmup_steps else []))

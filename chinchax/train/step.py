@@ -40,7 +40,8 @@ def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
   """The pure train step: (state, batch int32 [B, T+1]) → (state, metrics).
 
   The loss is the mean cross-entropy plus ``z_loss``·mean (log Z)² (PaLM,
-  Chowdhery et al. 2022, Sec. 5); ``metrics["loss"]`` is the cross-entropy alone.
+  Chowdhery et al. 2022, Sec. 5); ``metrics["loss"]`` is the cross-entropy alone and,
+  when ``z_loss`` > 0, ``metrics["z_loss"]`` the term added to it.
   """
 
   def train_step(state, batch_BT1):
@@ -49,12 +50,14 @@ def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
     def loss_fn(params):
       logits_BTV = nnx.merge(graphdef, params)(inputs_BT)
       ce, z2 = loss_terms(logits_BTV, targets_BT)
-      return ce + z_loss * z2, ce
+      return ce + z_loss * z2, (ce, z2)
 
-    (_, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+    (_, (ce, z2)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     metrics = {"loss": ce, "grad_norm": optax.tree.norm(grads), "lr": schedule(state["step"])}
+    if z_loss > 0:
+      metrics["z_loss"] = z_loss * z2
     return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
   return train_step
