@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from chinchax import cli
-from chinchax.data import builder, sources, store, tokenizers
+from chinchax.data import builder, shards, sources, store, tokenizers
 
 CORPORA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "corpora"
 
@@ -163,7 +163,7 @@ def test_interrupted_build_resumes_to_the_identical_store(tmp_path, monkeypatch)
   """An interrupt after 3 shards keeps them; the rerun reuses them and ends identical."""
   src = sources.FileSource(str(_jsonl(tmp_path / "c.jsonl", _texts(200, seed=3))), "body")
   tok = tokenizers.ByteTokenizer()
-  real = builder.tokenize_shard
+  real = shards.tokenize_shard
   calls = []
 
   def flaky(path, *args, **kw):
@@ -172,13 +172,13 @@ def test_interrupted_build_resumes_to_the_identical_store(tmp_path, monkeypatch)
       raise KeyboardInterrupt
     return real(path, *args, **kw)
 
-  monkeypatch.setattr(builder, "tokenize_shard", flaky)
+  monkeypatch.setattr(shards, "tokenize_shard", flaky)
   with pytest.raises(KeyboardInterrupt):
     builder.build(src, tok, str(tmp_path / "s"), 0.1, workers=1, shard_mb=0.02)
   partial = [p for p in (tmp_path / "s").iterdir()]
   assert len(partial) == 1 and partial[0].name.endswith(".partial")  # nothing looks complete
   assert len(list((partial[0] / "shards").glob("*.npz"))) == 3
-  monkeypatch.setattr(builder, "tokenize_shard", real)
+  monkeypatch.setattr(shards, "tokenize_shard", real)
   # Resume with other settings: the recorded shard size wins, the workers do not matter.
   d = builder.build(src, tok, str(tmp_path / "s"), 0.1, workers=2, shard_mb=5.0)
   m = _manifest(d)

@@ -13,7 +13,7 @@
    ``shard_mb`` MB (boundaries depend only on the documents and the shard
    size). Each shard is repaired (UTF-8 policy), assigned to splits and
    tokenized in batch by one of ``workers`` processes, then written atomically
-   to ``.<store>.partial/shards/<k>.npz``.
+   to ``.<store>.partial/shards/<k>.npz`` (:mod:`chinchax.data.shards`).
 4. **Assemble**: the shards, in order, become the two splits' zarr arrays
    (chunk-aligned writes), document offsets and the content hash; the
    manifest is written last and the directory renamed into place.
@@ -33,105 +33,21 @@ number of workers or the shard size.
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
-import multiprocessing
 import os
 import pathlib
-import pickle
 import shutil
-import signal
-import sys
 import time
 
 import numpy as np
 
 from chinchax import console
 from chinchax import paths as paths_lib
+from chinchax.data import shards as shards_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
-
-_STATS = ("documents", "empty", "replaced", "skipped")
-_worker_tokenizer = None
-
-
-def default_workers() -> int:
-  """Tokenizer processes for ``data.prepare_workers=0``: min(8, CPU count)."""
-  return max(1, min(8, os.cpu_count() or 1))
-
-
-def _init_worker(tokenizer_pickle: bytes) -> None:
-  """Pool initializer: one tokenizer per process, single-threaded, Ctrl-C left to the parent."""
-  global _worker_tokenizer
-  os.environ["TOKENIZERS_PARALLELISM"] = "false"
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
-  _worker_tokenizer = pickle.loads(tokenizer_pickle)
-
-
-def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_errors: str,
-                   tokenizer=None) -> dict:
-  """Repairs, split-assigns and tokenizes one shard; writes ``path`` (npz) atomically.
-
-  The npz holds ``tokens`` [n] (each kept document's ids then EOS, in the
-  tokenizer's dtype), ``doc_tokens`` int64 [d] (tokens per kept document, EOS
-  included), ``doc_bytes`` int64 [d], ``doc_val`` bool [d] and ``stats`` int64
-  [4] (documents read, empty skipped, invalid UTF-8 replaced, skipped) and
-  ``replacement_chars`` int64 (U+FFFD characters in the kept text).
-
-  Args:
-    path: the shard file to write.
-    docs: the shard's documents as read from the source.
-    val_fraction: see ``store.is_val``.
-    decode_errors: "replace" | "skip".
-    tokenizer: the tokenizer; None in a pool worker (uses the process's own).
-  Returns:
-    the stats as a dict.
-  """
-  tok = tokenizer if tokenizer is not None else _worker_tokenizer
-  stats = dict.fromkeys(_STATS, 0)
-  stats["documents"] = len(docs)
-  kept, val, replacement_chars = [], [], 0
-  for data in docs:
-    if not data:
-      stats["empty"] += 1
-      continue
-    text, status = sources_lib.normalize(data, decode_errors)
-    if text is None:
-      stats["skipped"] += 1
-      continue
-    stats["replaced"] += status == "replaced"
-    replacement_chars += text.count(store_lib.REPLACEMENT)
-    kept.append(text)
-    val.append(store_lib.is_val(text, val_fraction))
-  ids = tok.encode_batch(kept) if kept else []
-  eos = np.array([tok.eos_id], dtype=tok.dtype)
-  pieces = [p for a in ids for p in (a.astype(tok.dtype, copy=False), eos)]
-  tokens = np.concatenate(pieces) if pieces else np.zeros(0, tok.dtype)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "wb") as f:
-    np.savez(f, tokens=tokens, doc_tokens=np.array([len(a) + 1 for a in ids], np.int64),
-             doc_bytes=np.array([len(t) for t in kept], np.int64),
-             doc_val=np.array(val, dtype=bool),
-             stats=np.array([stats[k] for k in _STATS], np.int64),
-             replacement_chars=np.int64(replacement_chars))
-  os.replace(tmp, path)
-  return stats
-
-
-def _shards(source, shard_bytes: int):
-  """Yields (documents, bytes) per shard: consecutive documents, ≥ shard_bytes each but the last."""
-  docs, size = [], 0
-  for _, data in source:
-    docs.append(data)
-    size += len(data)
-    if size >= shard_bytes:
-      yield docs, size
-      docs, size = [], 0
-  if docs:
-    yield docs, size
-
 
 class _ArrayWriter:
   """Appends tokens to a pre-sized zarr array in whole chunks, hashing them on the way."""
@@ -209,7 +125,7 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
     store_root: directory holding stores (``~`` expanded).
     val_fraction: share of documents held out (``store.SPLIT_RULE``).
     decode_errors: invalid UTF-8 policy, "replace" | "skip".
-    workers: tokenizer processes; 1 tokenizes here, 0 = :func:`default_workers`.
+    workers: tokenizer processes; 1 tokenizes here, 0 = :func:`chinchax.data.shards.default_workers`.
     shard_mb: MB of text per shard (the unit of parallel work and of resuming).
     progress: show tqdm progress bars (stderr).
     on_scan: called with the corpus fingerprint after the scan, before a
@@ -243,7 +159,7 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
   partial = final.with_name(f".{final.name}.partial")
   try:
     return _build_into(source, tokenizer, info, final, partial, val_fraction, decode_errors,
-                       workers or default_workers(), int(shard_mb * 1e6), progress, timings, t0)
+                       workers or shards_lib.default_workers(), int(shard_mb * 1e6), progress, timings, t0)
   except KeyboardInterrupt:
     raise
   except sources_lib.DataError:  # deterministic: a rerun would fail the same way
@@ -278,7 +194,7 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
     stray.unlink(missing_ok=True)
 
   t = time.perf_counter()
-  n_shards, reused = _tokenize(source, tokenizer, info, shard_dir, plan["shard_bytes"],
+  n_shards, reused = shards_lib.tokenize_all(source, tokenizer, info, shard_dir, plan["shard_bytes"],
                                val_fraction, decode_errors, workers, progress, partial)
   timings["tokenize_s"] = time.perf_counter() - t
   t = time.perf_counter()
@@ -324,71 +240,9 @@ def _build_into(source, tokenizer, info, final, partial, val_fraction, decode_er
   return final
 
 
-def _tokenize(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, decode_errors,
-              workers, progress, partial) -> tuple[int, int]:
-  """Tokenizes every shard not already on disk; returns (shards in the corpus, reused)."""
-  done = {p.name for p in shard_dir.glob("*.npz")}
-  bar = console.progress(total=info.bytes, unit="B", unit_scale=True, desc="tokenize",
-                         enabled=progress, stream=sys.stderr)
-  pool, held, inflight = None, None, collections.deque()
-  n_shards = reused = 0
-
-  def run_here(job):
-    tokenize_shard(*job[:4], tokenizer=tokenizer)
-    bar.update(job[4])
-
-  def wait_oldest():
-    result, size = inflight.popleft()
-    result.get()
-    bar.update(size)
-
-  try:
-    for k, (docs, size) in enumerate(_shards(source, shard_bytes)):
-      n_shards = k + 1
-      path = shard_dir / f"{k:06d}.npz"
-      if path.name in done:
-        reused += 1
-        bar.update(size)
-        continue
-      job = (str(path), docs, val_fraction, decode_errors, size)
-      if workers <= 1:
-        run_here(job)
-        continue
-      if pool is None and held is None:  # start processes only once a second shard needs them
-        held = job
-        continue
-      if pool is None:
-        ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(pickle.dumps(tokenizer),))
-        inflight.append((pool.apply_async(tokenize_shard, held[:4]), held[4]))
-        held = None
-      inflight.append((pool.apply_async(tokenize_shard, job[:4]), size))
-      while len(inflight) >= 2 * workers:
-        wait_oldest()
-    if held is not None:
-      run_here(held)
-    while inflight:
-      wait_oldest()
-  except BaseException as e:
-    if pool is not None:
-      pool.terminate()
-      pool.join()
-    bar.close()
-    if isinstance(e, KeyboardInterrupt):
-      kept = len(list(shard_dir.glob("*.npz")))
-      console.say(f"interrupted: {kept} finished shard(s) kept in {partial}; "
-                  f"rerun the same command to resume", stream=sys.stderr)
-    raise
-  if pool is not None:
-    pool.close()
-    pool.join()
-  bar.close()
-  return n_shards, reused
-
-
 def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Path):
   """Concatenates shards 0..n_shards-1 into ``out``; returns (split counts, document counts, hash)."""
-  metas, stats, replacement_chars = [], np.zeros(len(_STATS), np.int64), 0
+  metas, stats, replacement_chars = [], np.zeros(len(shards_lib.STATS), np.int64), 0
   for k in range(n_shards):
     with np.load(shard_dir / f"{k:06d}.npz") as z:
       metas.append({"doc_tokens": z["doc_tokens"], "doc_bytes": z["doc_bytes"],
