@@ -75,57 +75,23 @@ fi
 
 where=(--zone="$zone")
 if [[ -n "$project" ]]; then where+=(--project="$project"); fi
-spot_flag=()
-if ((spot)); then spot_flag=(--spot); fi
-
-run() {
-  if ((dry_run)); then
-    printf '+'; printf ' %q' "$@"; printf '\n'
-  else
-    "$@"
-  fi
-}
-on_vm() {
-  run gcloud compute tpus tpu-vm ssh "$1" "${where[@]}" --worker=all --command="$2"
-}
+# shellcheck source=launch/tpu_common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/tpu_common.bash"
 
 vms=()
 for ((i = 0; i < count; i++)); do vms+=("$name-$i"); done
-
 for vm in "${vms[@]}"; do
-  if ((create)); then
-    run gcloud compute tpus tpu-vm create "$vm" "${where[@]}" \
-      --accelerator-type="$accel" --version="$version" "${spot_flag[@]}"
-  elif ((queued)); then
-    run gcloud compute tpus queued-resources create "$vm" "${where[@]}" --node-id="$vm" \
-      --accelerator-type="$accel" --runtime-version="$version" "${spot_flag[@]}"
-  fi
+  if ((create)); then tpu_create "$vm" create; elif ((queued)); then tpu_create "$vm" queued; fi
 done
-if ((queued && !dry_run)); then
-  for vm in "${vms[@]}"; do
-    until [[ "$(gcloud compute tpus queued-resources describe "$vm" "${where[@]}" \
-                --format='value(state.state)')" == "ACTIVE" ]]; do
-      echo "waiting for queued resource $vm to become ACTIVE..." >&2
-      sleep 30
-    done
-  done
+if ((queued)); then
+  for vm in "${vms[@]}"; do tpu_wait_active "$vm"; done
 fi
-
 if ((sync)); then
-  repo="$(cd "$(dirname "$0")/.." && pwd)"
-  archive="${TMPDIR:-/tmp}/chinchax-$$.tar.gz"
-  run tar -C "$repo" --exclude=.git --exclude=.venv --exclude=runs --exclude='*.egg-info' \
-    -czf "$archive" .
-  for vm in "${vms[@]}"; do
-    run gcloud compute tpus tpu-vm scp "$archive" "$vm:chinchax.tar.gz" "${where[@]}" --worker=all
-    on_vm "$vm" "mkdir -p $dir && tar -xzf chinchax.tar.gz -C $dir && rm chinchax.tar.gz"
-  done
+  tpu_pack
+  for vm in "${vms[@]}"; do tpu_sync "$vm"; done
 fi
-
 if ((setup)); then
-  for vm in "${vms[@]}"; do
-    on_vm "$vm" "cd $dir && python3 -m venv .venv && .venv/bin/pip install -q -e '.[tpu]'"
-  done
+  for vm in "${vms[@]}"; do tpu_setup "$vm"; done
 fi
 
 flags=""
@@ -133,5 +99,5 @@ if [[ $# -gt 0 ]]; then flags="$(printf ' %q' "$@")"; fi
 worker="while :; do .venv/bin/chinchax ladder${flags} --config.ladder.worker=True; rc=\$?;"
 worker+=" [ \$rc -eq 75 ] || exit \$rc; done"
 for vm in "${vms[@]}"; do
-  on_vm "$vm" "cd $dir && nohup bash -c '$worker' >> ladder-worker.log 2>&1 < /dev/null &"
+  tpu_on_all_workers "$vm" "cd $dir && nohup bash -c '$worker' >> ladder-worker.log 2>&1 < /dev/null &"
 done

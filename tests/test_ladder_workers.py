@@ -2,7 +2,6 @@
 (2 local workers, a worker killed with SIGKILL mid-run, a duplicate worker started late)."""
 
 import json
-import os
 import pathlib
 import re
 import signal

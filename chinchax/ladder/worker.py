@@ -96,7 +96,12 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
   plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, per_step)
   if check_data:  # the smallest N of each budget reads the most tokens
     one_step = dataclasses.replace(spec0, steps=1, tokens=per_step)
-    split = train_lib.prepare_data(grid.run_config(base, runs[0], workdir), one_step).train_split
+    first = grid.run_config(base, runs[0], workdir)
+    try:
+      split = train_lib.prepare_data(first, one_step).train_split
+    except OSError:  # workers started together built the same token store; it is complete now
+      time.sleep(1.0)
+      split = train_lib.prepare_data(first, one_step).train_split
     n_windows = (split.n_tokens - 1) // base.train.seq_len
     for r in runs:
       need = math.ceil(r.D / per_step) * base.train.global_batch_size
