@@ -193,6 +193,7 @@ def test_killed_worker_lease_expires_and_the_other_resumes_its_run(tiny, tmp_pat
     _wait(b, lb)
   rows = _assert_each_run_once(c, plan)
   assert rows[run]["worker"].endswith(f"-{b.pid}") and rows[run]["resumed"] is True
+  assert rows[run]["attempts"] == 2  # the killed worker's attempt counts
   assert (pathlib.Path(c.workdir) / "leases" / f"{run}.1").exists()  # taken over: generation 1
   claims = CLAIM.findall((tmp_path / "b.log").read_text())
   assert (run, "1") in {(r, g) for _, r, g, _ in claims}
@@ -218,3 +219,33 @@ def test_duplicate_worker_started_late_runs_nothing_twice(tiny, tmp_path):
   assert not any(r["resumed"] for r in rows.values())
   assert sorted(p.name for p in (pathlib.Path(c.workdir) / "leases").iterdir()) == sorted(
       f"{r}.0" for r in rows)
+
+
+def test_run_whose_workers_keep_dying_is_recorded_failed_not_run_again(tmp_path, small_corpus,
+                                                                       store_root, monkeypatch):
+  from chinchax import train as train_lib
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.ladder.update(fit=False, max_attempts=2, lease_expiry_s=0.4, heartbeat_s=0.1, poll_s=0.05)
+  runs = ladder.plan_runs(c.ladder, 257, c.train_config.train.seq_len)
+  doomed = runs[0].run_id
+  leases = pathlib.Path(c.workdir) / "leases"
+  leases.mkdir(parents=True)
+  # A worker that died in its 2nd attempt (e.g. killed by the OOM killer) left this lease.
+  (leases / f"{doomed}.1").write_text(json.dumps(
+      {"run_id": doomed, "gen": 1, "owner": "ghost-1", "attempt": 2, "beat": 7, "time": 0.0,
+       "released": False}))
+  (leases / f"{doomed}.0").write_text("{}")
+  calls = []
+
+  def fake_train(cfg, devices=None, verbose=True):
+    calls.append(pathlib.Path(cfg.workdir).name)
+    return {"tokens": 1000, "steps": 4, "final_train_loss": 3.0, "final_eval_loss": 3.1,
+            "final_eval_bits_per_byte": 4.5, "tokens_per_s": 1.0, "mfu": 0.0}
+
+  monkeypatch.setattr(train_lib, "train", fake_train)
+  rows = {json.loads(l)["run_id"]: json.loads(l)
+          for l in ladder.run_ladder(c).read_text().splitlines()}
+  assert doomed not in calls and len(calls) == len(runs) - 1
+  assert rows[doomed]["status"] == "failed" and "RunAbandoned" in rows[doomed]["error"]
+  assert rows[doomed]["attempts"] == 2
+  assert json.loads((leases / f"{doomed}.2").read_text())["released"] == "recorded"

@@ -9,8 +9,11 @@ link count, 2 when the link was made). So exactly one worker holds a
 generation, and its file is complete when it appears.
 
 The holder rewrites its file every ``heartbeat_s`` (a rename of a new
-version, with ``beat`` one higher) and marks it ``released`` when the run is
-recorded (or abandoned on preemption). The next generation may be claimed
+version, with ``beat`` one higher) and marks it ``released`` — with a
+reason: ``recorded``, ``preempted``, ``skipped`` — when it stops working on the
+run. The file also carries the attempt number, so the next holder knows
+whether its predecessor died (expired: the attempt counts) or was preempted
+(released: the attempt goes on). The next generation may be claimed
 when the current one is released, or when its content has not changed for
 ``expiry_s`` seconds of the observer's own monotonic clock — no clocks of
 different hosts are compared. A holder whose file has a successor has lost
@@ -39,15 +42,22 @@ def worker_id() -> str:
 
 
 class Lease:
-  """A held lease of one run (generation ``gen``), owned by this process."""
+  """A held lease of one run (generation ``gen``), owned by this process.
 
-  def __init__(self, path: pathlib.Path, run_id: str, gen: int, owner: str):
+  Attributes:
+    attempt: the attempt of the run this lease carries (set by the holder, 0 until then).
+    before: (state, content) of the previous generation when this one was
+      claimed: ``("free", None)``, ``("released", {...})`` or ``("expired", {...})``.
+  """
+
+  def __init__(self, path: pathlib.Path, run_id: str, gen: int, owner: str, before=("free", None)):
     self.path, self.run_id, self.gen, self.owner = path, run_id, gen, owner
-    self.n_beat = 0
+    self.n_beat, self.attempt, self.before = 0, 0, before
 
-  def content(self, released: bool = False) -> str:
+  def content(self, released: str | bool = False) -> str:
     return json.dumps({"run_id": self.run_id, "gen": self.gen, "owner": self.owner,
-                       "beat": self.n_beat, "time": time.time(), "released": released})
+                       "attempt": self.attempt, "beat": self.n_beat, "time": time.time(),
+                       "released": released})
 
   def lost(self) -> bool:
     """True when a later generation exists: another worker took the run over."""
@@ -61,10 +71,10 @@ class Lease:
     files.write_atomic(self.path, self.content())
     return True
 
-  def release(self) -> None:
-    """Marks the lease released (the next generation may be claimed at once)."""
+  def release(self, reason: str = "recorded") -> None:
+    """Marks the lease released for ``reason`` (the next generation may be claimed at once)."""
     if not self.lost():
-      files.write_atomic(self.path, self.content(released=True))
+      files.write_atomic(self.path, self.content(released=reason))
 
 
 class Leases:
@@ -125,11 +135,11 @@ class Leases:
       the held Lease, or None when a live worker holds the run or another
       worker claimed it first.
     """
-    state, _ = self.state(run_id)
+    state, content = self.state(run_id)
     if state == "held":
       return None
     g = self._gen[run_id] + 1
-    lease = Lease(self._path(run_id, g), run_id, g, self.owner)
+    lease = Lease(self._path(run_id, g), run_id, g, self.owner, before=(state, content))
     made = files.create_exclusive(lease.path, lease.content())
     self._gen[run_id] = g
     return lease if made else None

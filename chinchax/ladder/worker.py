@@ -215,6 +215,20 @@ def _claimable(row: dict | None, plan: LadderPlan, failed_here: set[str]) -> boo
   return row is None or _retryable(row, plan, failed_here)
 
 
+def _attempt(row: dict | None, held: lease_lib.Lease) -> int:
+  """The attempt a new lease starts: a preempted or skipped predecessor's goes on, a dead
+  (expired) one's counts as spent, and a recorded one's row says how many were made."""
+  state, before = held.before
+  spent = (row or {}).get("attempts", 0)
+  if before is None:
+    return spent + 1
+  if state == "expired":
+    return max(spent, before["attempt"]) + 1
+  if before["released"] in ("preempted", "skipped"):
+    return max(spent + 1, before["attempt"])
+  return spent + 1
+
+
 @dataclasses.dataclass
 class WorkerReport:
   """What one worker did: run ids it finished, failed and abandoned (lease lost)."""
@@ -250,38 +264,26 @@ def work(plan: LadderPlan, *, owner: str | None = None, on_claim=None, on_row=No
     order = _claim_order(plan, table, failed_here)
     if not order:
       return report
-    claimed = None
-    for r in order:
-      held = leases.try_claim(r.run_id)
-      if held is None:
-        continue
-      prev = table.row(r.run_id)  # re-read under the lease: another worker may have finished it
-      if not _claimable(prev, plan, failed_here):
-        held.release()
-        continue
-      claimed = (r, held, (prev or {}).get("attempts", 0) + 1)
-      break
+    claimed = _claim_first(plan, table, leases, order, failed_here)
     if claimed is None:  # every claimable run is held by a live worker
       time.sleep(lc.poll_s)
       continue
-    r, held, attempt = claimed
-    if on_claim is None:
-      say(f"worker {owner}: run {r.run_id} (lease {held.gen}, attempt {attempt})")
+    r, held = claimed
+    if held.attempt > lc.max_attempts:  # its workers died max_attempts times: record it failed
+      row = {"run_id": r.run_id, "C_budget": r.C_budget, "N": r.counts.total, "status": "failed",
+             "attempts": held.attempt - 1, "worker": owner,
+             "error": f"RunAbandoned: its worker died or was lost in each of "
+                      f"{held.attempt - 1} attempts (ladder.max_attempts={lc.max_attempts})"}
     else:
-      on_claim(r, held.gen, attempt)
-    try:
-      with _Heartbeat(held, lc.heartbeat_s) as hb:
-        row = train_run(plan, r, attempt, owner)
-    except distributed_lib.Preempted:
-      if not hb.lost:
-        held.release()
-        raise
-      distributed_lib.install_sigterm_handler()  # clears the stop request made for the lost lease
-      row = None
-    if hb.lost or held.lost():
-      say(f"worker {owner}: lost the lease of {r.run_id} to another worker; leaving it")
-      report.lost.append(r.run_id)
-      continue
+      if on_claim is None:
+        say(f"worker {owner}: run {r.run_id} (lease {held.gen}, attempt {held.attempt})")
+      else:
+        on_claim(r, held.gen, held.attempt)
+      row = _run_under_lease(plan, r, held, lc.heartbeat_s)
+      if row is None:
+        say(f"worker {owner}: lost the lease of {r.run_id} to another worker; leaving it")
+        report.lost.append(r.run_id)
+        continue
     table.upsert(row)
     held.release()
     if row["status"] == "done":
@@ -292,6 +294,46 @@ def work(plan: LadderPlan, *, owner: str | None = None, on_claim=None, on_row=No
       say(f"\nrun {r.run_id} failed: {row['error']}")
     if on_row is not None:
       on_row(row)
+
+
+def _claim_first(plan, table, leases, order, failed_here):
+  """(run, lease) of the first run in ``order`` this worker could claim, or None.
+
+  The row is read again under the new lease (another worker may have just
+  recorded the run); the lease's attempt is set and written at once.
+  """
+  for r in order:
+    held = leases.try_claim(r.run_id)
+    if held is None:
+      continue
+    prev = table.row(r.run_id)
+    if not _claimable(prev, plan, failed_here):
+      held.attempt = held.before[1].get("attempt", 0) if held.before[1] else 0
+      held.release("skipped")
+      continue
+    held.attempt = _attempt(prev, held)
+    held.beat()
+    return r, held
+  return None
+
+
+def _run_under_lease(plan, r, held: lease_lib.Lease, heartbeat_s: float) -> dict | None:
+  """Trains ``r`` while a thread renews ``held``; its row, or None when the lease was lost.
+
+  Raises:
+    Preempted, KeyboardInterrupt: after releasing the lease (the run resumes
+      from its checkpoint on whichever worker claims it next).
+  """
+  try:
+    with _Heartbeat(held, heartbeat_s) as hb:
+      row = train_run(plan, r, held.attempt, held.owner)
+  except (distributed_lib.Preempted, KeyboardInterrupt) as e:
+    if isinstance(e, KeyboardInterrupt) or not hb.lost:
+      held.release("preempted")
+      raise
+    distributed_lib.install_sigterm_handler()  # clears the stop request made for the lost lease
+    return None
+  return None if hb.lost or held.lost() else row
 
 
 def run_states(plan: LadderPlan, owner: str = "status") -> list[tuple[grid.LadderRun, str]]:
