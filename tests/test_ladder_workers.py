@@ -249,3 +249,19 @@ def test_run_whose_workers_keep_dying_is_recorded_failed_not_run_again(tmp_path,
   assert rows[doomed]["status"] == "failed" and "RunAbandoned" in rows[doomed]["error"]
   assert rows[doomed]["attempts"] == 2
   assert json.loads((leases / f"{doomed}.2").read_text())["released"] == "recorded"
+
+
+def test_status_names_each_runs_state(tiny, capsys):
+  c, plan = tiny
+  from chinchax import cli
+  a, b = plan.runs[0].run_id, plan.runs[1].run_id
+  plan.table.upsert({"run_id": a, "status": "done"})
+  plan.leases("host-42").try_claim(b)
+  args = [f"--config={REPO}/configs/ladder.py:tiny", f"--config.workdir={c.workdir}",
+          "--config.ladder.status=True", "--config.ladder.n_budgets=2"]
+  for k in ("c_min", "c_max", "spread"):
+    args.append(f"--config.ladder.{k}={c.ladder[k]}")
+  assert cli.main(["ladder", *args]) == 0
+  out = capsys.readouterr().out
+  assert f"{a}: " in out and "(done)" in out and "(running on host-42 (lease 0))" in out
+  assert f"ladder  1 runs done, 0 failed, {len(plan.runs) - 1} not recorded yet" in out

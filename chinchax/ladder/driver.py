@@ -34,14 +34,14 @@ def describe(plan: worker_lib.LadderPlan) -> None:
 
 
 def finish_line(plan: worker_lib.LadderPlan) -> str:
-  """``ladder  finished: K runs done, F failed; table PATH`` (or the runs still open)."""
+  """``ladder  finished: K runs done, F failed; table PATH`` (or, before the end, the runs open)."""
   rows = plan.table.rows
   n_done = sum(1 for r in plan.runs if rows.get(r.run_id, {}).get("status") == "done")
   n_failed = sum(1 for r in plan.runs if r.run_id in rows) - n_done
   n_open = len(plan.runs) - n_done - n_failed
-  tail = f", {n_open} not recorded yet" if n_open else ""
-  return (f"ladder  finished: {n_done} runs done, {n_failed} failed{tail}; "
-          f"table {plan.workdir / 'results.jsonl'}")
+  head = f"ladder  {n_done} runs done, {n_failed} failed, {n_open} not recorded yet" if n_open \
+      else f"ladder  finished: {n_done} runs done, {n_failed} failed"
+  return f"{head}; table {plan.workdir / 'results.jsonl'}"
 
 
 def run_ladder(config, devices=None) -> pathlib.Path:
