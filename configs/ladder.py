@@ -1,6 +1,9 @@
 """Ladder configs: `chinchax ladder --config configs/ladder.py:VARIANT`.
 
 Overrides: `--config.ladder.c_max=3e12`, `--config.train_config.train.seq_len=256`.
+Workers: `--config.ladder.workers=2` (local processes), `--config.ladder.worker=True` (one of
+many sharing the workdir: launch/slurm_ladder.sbatch, tpu_ladder.sh, gke_ladder.yaml),
+`--config.ladder.status=True` (each run's state).
 
 Variants:
   default    4 IsoFLOP budgets (5e10 … 5e11 FLOPs) × 5 sizes on the embedded stdlib corpus.

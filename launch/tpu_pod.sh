@@ -66,49 +66,21 @@ fi
 where=(--zone="$zone")
 if [[ -n "$project" ]]; then where+=(--project="$project"); fi
 
-run() {
-  if ((dry_run)); then
-    printf '+'; printf ' %q' "$@"; printf '\n'
-  else
-    "$@"
-  fi
-}
-on_all_workers() {
-  run gcloud compute tpus tpu-vm ssh "$name" "${where[@]}" --worker=all --command="$1"
-}
+# shellcheck source=launch/tpu_common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/tpu_common.bash"
 
 if ((create)); then
-  extra=()
-  if ((spot)); then extra+=(--spot); fi
-  run gcloud compute tpus tpu-vm create "$name" "${where[@]}" \
-    --accelerator-type="$accel" --version="$version" "${extra[@]}"
+  tpu_create "$name" create
 elif ((queued)); then
-  extra=()
-  if ((spot)); then extra+=(--spot); fi
-  run gcloud compute tpus queued-resources create "$name" "${where[@]}" --node-id="$name" \
-    --accelerator-type="$accel" --runtime-version="$version" "${extra[@]}"
-  if ((!dry_run)); then
-    until [[ "$(gcloud compute tpus queued-resources describe "$name" "${where[@]}" \
-                --format='value(state.state)')" == "ACTIVE" ]]; do
-      echo "waiting for queued resource $name to become ACTIVE..." >&2
-      sleep 30
-    done
-  fi
+  tpu_create "$name" queued
+  tpu_wait_active "$name"
 fi
-
 if ((sync)); then
-  repo="$(cd "$(dirname "$0")/.." && pwd)"
-  archive="${TMPDIR:-/tmp}/chinchax-$$.tar.gz"
-  run tar -C "$repo" --exclude=.git --exclude=.venv --exclude=runs --exclude='*.egg-info' \
-    -czf "$archive" .
-  run gcloud compute tpus tpu-vm scp "$archive" "$name:chinchax.tar.gz" "${where[@]}" --worker=all
-  on_all_workers "mkdir -p $dir && tar -xzf chinchax.tar.gz -C $dir && rm chinchax.tar.gz"
+  tpu_pack
+  tpu_sync "$name"
 fi
-
-if ((setup)); then
-  on_all_workers "cd $dir && python3 -m venv .venv && .venv/bin/pip install -q -e '.[tpu]'"
-fi
+if ((setup)); then tpu_setup "$name"; fi
 
 flags=""
 if [[ $# -gt 0 ]]; then flags="$(printf ' %q' "$@")"; fi
-on_all_workers "cd $dir && .venv/bin/chinchax train${flags} --config.distributed.mode=tpu"
+tpu_on_all_workers "$name" "cd $dir && .venv/bin/chinchax train${flags} --config.distributed.mode=tpu"

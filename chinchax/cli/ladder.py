@@ -1,18 +1,41 @@
-"""``chinchax ladder``: run (or resume) an IsoFLOP ladder, then fit its results table."""
+"""``chinchax ladder``: run (or resume) an IsoFLOP ladder, then fit its results table.
+
+    chinchax ladder [--config configs/ladder.py:VARIANT] [--config.ladder.KNOB=VALUE ...]
+
+One process by default; ``--config.ladder.workers=K`` starts K local workers;
+``--config.ladder.worker=True`` makes this process one of many workers sharing
+the workdir (SLURM arrays, TPU VMs, GKE: ``launch/*_ladder*``);
+``--config.ladder.status=True`` prints each run's state and exits.
+"""
 
 from __future__ import annotations
+
+import sys
 
 from analysis import pipeline as fit_pipeline
 from chinchax import config as config_lib
 from chinchax import console
+from chinchax import distributed as distributed_lib
 from chinchax import errors
 from chinchax import ladder as ladder_lib
 from chinchax import runtime
 from chinchax.cli import flags as flags_lib
 
 
+def _fit(table, bootstrap: int) -> None:
+  """Approaches 1–3 on the table into ``fit/`` beside it; a fit that fails keeps the runs."""
+  try:
+    fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=bootstrap,
+                             log=console.say, warn=console.warn)
+  except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
+    console.warn(f"could not fit the table {table}: {e}")
+
+
 def main(argv: list[str]) -> int:
-  """Runs the ladder's missing runs, then (``ladder.fit``) Approaches 1–3 on its table.
+  """Runs the ladder's missing runs, then (``ladder.fit``) Approaches 1–3 on its table, once.
+
+  Returns 0, or 75 when a worker was preempted after a checkpoint (rerun to
+  resume).
 
   Raises:
     UserError: bad flags or config, a corpus too small for the grid.
@@ -20,15 +43,30 @@ def main(argv: list[str]) -> int:
   config = flags_lib.parse_config(argv, flags_lib.config_file("ladder.py"), "ladder")
   if config is None:
     return 0
-  ladder_lib.validate_ladder(config.ladder)
+  lc = config.ladder
+  ladder_lib.validate_ladder(lc)
   config_lib.validate(config.train_config)
   runtime.setup_cpu_devices(config.train_config.mesh.num_cpu_devices)
   runtime.setup_compilation_cache(config.train_config.compile_cache_dir)
-  table = ladder_lib.run_ladder(config)
-  if config.ladder.fit and console.primary():
-    try:
-      fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=config.ladder.bootstrap,
-                               log=console.say, warn=console.warn)
-    except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
-      console.warn(f"could not fit the table {table}: {e}")
+  if lc.status:
+    plan = ladder_lib.prepare(config, check_data=False)
+    ladder_lib.describe(plan)
+    console.say(ladder_lib.finish_line(plan))
+    return 0
+  if lc.workers > 1:
+    plan = ladder_lib.prepare(config)  # builds the token store once, before the workers start
+    ladder_lib.describe(plan)
+    code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus)
+    console.say(ladder_lib.finish_line(plan))
+    if code == 0 and lc.fit and ladder_lib.claim_fit(plan.workdir / "results.jsonl", lc.bootstrap):
+      _fit(plan.workdir / "results.jsonl", lc.bootstrap)
+    return code
+  distributed_lib.install_sigterm_handler()
+  try:
+    table = ladder_lib.run_ladder(config)
+  except distributed_lib.Preempted as e:
+    console.say(str(e), stream=sys.stderr, enabled=console.primary())
+    return distributed_lib.PREEMPTED_EXIT_CODE
+  if lc.fit and console.primary() and (ladder_lib.claim_fit(table) or not lc.worker):
+    _fit(table, lc.bootstrap)
   return 0

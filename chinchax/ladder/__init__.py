@@ -1,0 +1,29 @@
+"""A miniature Chinchilla ladder: IsoFLOP grid → claimable runs → one results table → fit.
+
+The grid (:mod:`~chinchax.ladder.grid`) places ``sizes_per_budget`` model sizes
+around the predicted optimum of each FLOP budget. Each run is an idempotent
+unit of the shared workdir — a lease (:mod:`~chinchax.ladder.lease`), its
+training workdir with checkpoints, and one result row
+(:mod:`~chinchax.ladder.table`) — so one process, K local processes
+(:mod:`~chinchax.ladder.local`) or workers on many machines
+(:mod:`~chinchax.ladder.worker`) run the ladder the same way: a rerun skips
+recorded runs and resumes unfinished ones from their checkpoints, a failed run
+is recorded and retried a bounded number of times, and a dead worker's run is
+taken over when its lease expires. ``chinchax ladder`` then has the analysis
+package fit Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table, once.
+"""
+
+from chinchax.ladder.driver import describe, finish_line, run_ladder
+from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladder
+from chinchax.ladder.lease import Lease, Leases, worker_id
+from chinchax.ladder.local import run_local_workers, worker_command
+from chinchax.ladder.table import ResultsTable
+from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, prepare, run_states,
+                                    train_run, work)
+
+__all__ = [
+    "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
+    "describe", "finish_line", "plan_runs", "prepare", "run_config", "run_ladder",
+    "run_local_workers", "run_states", "train_run", "validate_ladder", "work", "worker_command",
+    "worker_id",
+]

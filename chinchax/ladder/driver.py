@@ -1,0 +1,88 @@
+"""``run_ladder``: one process's ladder — the grid listing, a worker, the closing line.
+
+``chinchax ladder`` in one process is one worker (:func:`chinchax.ladder.worker.work`)
+with a progress bar over the grid's FLOPs; with ``ladder.worker`` it is one of
+many, printing only its own runs. Either way a rerun skips recorded runs and
+resumes unfinished ones from their checkpoints, and several processes on the
+same workdir never train a run twice at once.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+
+from chinchax import console
+from chinchax.ladder import worker as worker_lib
+
+
+def describe(plan: worker_lib.LadderPlan) -> None:
+  """Prints the grid: each run's shape, N, D and state."""
+  lc = plan.config.ladder
+  states = worker_lib.run_states(plan)
+  n_done = sum(s == "done" for _, s in states)
+  console.say(f"ladder  {len(plan.runs)} runs over {lc.n_budgets} budgets "
+              f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs; {n_done} already done; "
+              f"results -> {plan.workdir / 'results.jsonl'}")
+  for r, state in states:
+    c = r.counts
+    note = "" if state == "pending" else f"  ({state})"
+    console.say(f"        {r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
+                f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} D={r.D:,.0f} "
+                f"D/N={r.D / c.total:.1f}{note}")
+
+
+def finish_line(plan: worker_lib.LadderPlan) -> str:
+  """``ladder  finished: K runs done, F failed; table PATH`` (or, before the end, the runs open)."""
+  rows = plan.table.rows
+  n_done = sum(1 for r in plan.runs if rows.get(r.run_id, {}).get("status") == "done")
+  n_failed = sum(1 for r in plan.runs if r.run_id in rows) - n_done
+  n_open = len(plan.runs) - n_done - n_failed
+  head = f"ladder  {n_done} runs done, {n_failed} failed, {n_open} not recorded yet" if n_open \
+      else f"ladder  finished: {n_done} runs done, {n_failed} failed"
+  return f"{head}; table {plan.workdir / 'results.jsonl'}"
+
+
+def run_ladder(config, devices=None) -> pathlib.Path:
+  """Runs (or resumes) the ladder of ``config`` in this process; returns the results-table path.
+
+  With ``ladder.worker`` this process is one of many workers sharing the
+  workdir. The fit of the table is the caller's (``chinchax ladder`` runs it
+  when ``ladder.fit`` is set).
+
+  Raises:
+    ConfigError: invalid ladder or training config, a budget whose runs are
+      shorter than ``ladder.min_steps``, before any run starts.
+    DataError: the corpus cannot feed the largest D without repetition.
+    Preempted: SIGTERM stopped a run after its checkpoint (its lease released).
+  """
+  lc = config.ladder
+  plan = worker_lib.prepare(config, devices)
+  is_main = jax.process_index() == 0
+  if lc.worker:
+    worker_lib.work(plan, say=lambda m: console.say(m, enabled=is_main))
+  else:
+    if is_main:
+      describe(plan)
+    rows = plan.table.rows
+    total_c = sum(r.C_budget for r in plan.runs)
+    done_c = sum(r.C_budget for r in plan.runs if rows.get(r.run_id, {}).get("status") == "done")
+    bar = console.progress(total=round(total_c / 1e9), initial=round(done_c / 1e9), unit="GFLOP",
+                           enabled=is_main and lc.progress)
+
+    def on_row(row):
+      if row["status"] == "done":
+        bar.write(f"        {row['run_id']}: eval loss {row['final_eval_loss']:.4f} nats/token, "
+                  f"{row['tokens_per_s']:,.0f} tokens/s, {row['wall_time_s']:.0f}s")
+      bar.update(round(row["C_budget"] / 1e9))
+
+    def on_claim(r, gen, attempt):
+      n = sum(1 for x in plan.runs if x.run_id in plan.table.rows) + 1
+      bar.set_description(f"run {n}/{len(plan.runs)} {r.run_id}")
+
+    worker_lib.work(plan, on_claim=on_claim, on_row=on_row,
+                    say=lambda m: bar.write(m) if is_main else None)
+    bar.close()
+  console.say(finish_line(plan), enabled=is_main)
+  return plan.workdir / "results.jsonl"

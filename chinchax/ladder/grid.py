@@ -1,0 +1,115 @@
+"""The ladder's IsoFLOP grid: its runs, their shapes, their training configs.
+
+For each FLOP budget C of a geometric grid, ``sizes_per_budget`` model sizes N
+are spread log-uniformly around the predicted optimum N_opt(C) (the optimum
+in the middle of the spread). Each (C, N) becomes a concrete shape by the
+shape rule's ``"ladder"`` preset (``chinchax.planning.shapes``) and trains on
+D = C / (6N) tokens with its own cosine schedule spanning exactly its own
+steps (``budget.mode = "flops"``), in its own workdir ``runs/<run_id>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+
+import numpy as np
+
+from chinchax import budget
+from chinchax import config as config_lib
+from chinchax.planning import shapes as shapes_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderRun:
+  """One point of the IsoFLOP grid.
+
+  Attributes:
+    run_id: stable id, e.g. ``C1.00e+11_N31936``.
+    C_budget: the IsoFLOP budget (FLOPs, C = 6·N·D).
+    N_target: the size asked for by the grid (parameters).
+    shape: the concrete shape (exact N from ``budget.param_counts``).
+  """
+
+  run_id: str
+  C_budget: float
+  N_target: float
+  shape: budget.ModelShape
+
+  @property
+  def counts(self) -> budget.ParamCounts:
+    return budget.param_counts(self.shape)
+
+  @property
+  def D(self) -> float:
+    """Tokens for this run: C / (6 N) with N the total parameter count."""
+    return self.C_budget / (6.0 * self.counts.total)
+
+
+def plan_runs(lc, vocab_size: int, seq_len: int) -> list[LadderRun]:
+  """The ladder's runs, budget by budget, smallest N first.
+
+  N_opt(C) = sqrt(C / (6 · tokens_per_param)) (C = 6·N·D with D = ratio·N), and
+  sizes N_opt · spread^u for ``sizes_per_budget`` values of u evenly in [-1, 1],
+  each made a shape by the shape rule's ``"ladder"`` preset
+  (:data:`chinchax.planning.shapes.PRESETS`). A size whose nearest shape is
+  already taken in its budget moves to the nearest free one, so every budget
+  has exactly ``sizes_per_budget`` sizes.
+  """
+  budgets = np.geomspace(lc.c_min, lc.c_max, lc.n_budgets)
+  runs = []
+  for C in budgets:
+    n_opt = math.sqrt(C / (6.0 * lc.tokens_per_param))
+    seen: set[int] = set()
+    for u in np.linspace(-1.0, 1.0, lc.sizes_per_budget):
+      shape = shapes_lib.propose_shapes(
+          n_opt * lc.spread ** u, vocab_size=vocab_size, seq_len=seq_len,
+          rule=shapes_lib.PRESETS["ladder"], k=1, exclude=frozenset(seen))[0].shape
+      n = budget.param_counts(shape).total
+      seen.add(n)
+      runs.append(LadderRun(run_id=f"C{C:.2e}_N{n}", C_budget=float(C),
+                            N_target=float(n_opt * lc.spread ** u), shape=shape))
+  return runs
+
+
+def validate_ladder(lc) -> None:
+  """Checks the ladder section (grid and workers); raises ConfigError naming the bad value."""
+  E = config_lib.ConfigError
+  for k in ("c_min", "c_max", "tokens_per_param", "spread"):
+    if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] <= 0:
+      raise E(f"ladder.{k}={lc[k]!r} must be a positive number")
+  if lc.c_max < lc.c_min:
+    raise E(f"ladder.c_max={lc.c_max:g} is below ladder.c_min={lc.c_min:g}")
+  if lc.spread <= 1:
+    raise E(f"ladder.spread={lc.spread!r} must be > 1 (the N range is N_opt/spread … N_opt·spread)")
+  if not isinstance(lc.n_budgets, int) or lc.n_budgets < 1:
+    raise E(f"ladder.n_budgets={lc.n_budgets!r} must be a positive integer")
+  if not isinstance(lc.sizes_per_budget, int) or lc.sizes_per_budget < 3:
+    raise E(f"ladder.sizes_per_budget={lc.sizes_per_budget!r} must be an integer >= 3 "
+            f"(a parabola needs three points)")
+  if lc.min_steps < 1:
+    raise E(f"ladder.min_steps={lc.min_steps!r} must be >= 1")
+  for k in ("workers", "max_attempts"):
+    if not isinstance(lc[k], int) or lc[k] < 1:
+      raise E(f"ladder.{k}={lc[k]!r} must be a positive integer")
+  for k in ("lease_expiry_s", "heartbeat_s", "poll_s"):
+    if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] <= 0:
+      raise E(f"ladder.{k}={lc[k]!r} must be a positive number of seconds")
+  if lc.heartbeat_s * 2 > lc.lease_expiry_s:
+    raise E(f"ladder.heartbeat_s={lc.heartbeat_s!r} must be at most half of "
+            f"ladder.lease_expiry_s={lc.lease_expiry_s!r} (a live worker's lease must never "
+            f"look expired)")
+  if lc.worker and lc.workers > 1:
+    raise E(f"ladder.worker=True runs one worker; drop ladder.workers={lc.workers} (or start "
+            f"that many workers without ladder.worker)")
+
+
+def run_config(base, run: LadderRun, workdir: pathlib.Path):
+  """The training config of one ladder run: the base config with its shape and budget."""
+  c = base.copy_and_resolve_references()
+  s = run.shape
+  c.model.update(d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, d_ff=s.d_ff)
+  c.budget.update(mode="flops", flops=run.C_budget, n_kind="total")
+  c.workdir = str(workdir / "runs" / run.run_id)
+  return c

@@ -1,0 +1,145 @@
+"""Leases: which worker runs which ladder run, safe without locks on local and shared disks.
+
+A run's leases are files ``leases/<run_id>.<gen>`` (gen = 0, 1, 2, ...). A
+worker claims a run by creating the next generation's file: the file is
+written under a unique name and hard-linked to the lease name, which fails
+with EEXIST when another worker got there first (``link`` is atomic on local
+filesystems and on NFS; a lost NFS reply is resolved by the temporary file's
+link count, 2 when the link was made). So exactly one worker holds a
+generation, and its file is complete when it appears.
+
+The holder rewrites its file every ``heartbeat_s`` (a rename of a new
+version, with ``beat`` one higher) and marks it ``released`` — with a
+reason: ``recorded``, ``preempted``, ``skipped`` — when it stops working on the
+run. The file also carries the attempt number, so the next holder knows
+whether its predecessor died (expired: the attempt counts) or was preempted
+(released: the attempt goes on). The next generation may be claimed
+when the current one is released, or when its content has not changed for
+``expiry_s`` seconds of the observer's own monotonic clock — no clocks of
+different hosts are compared. A holder whose file has a successor has lost
+its lease (:meth:`Lease.beat` returns False) and must stop working on the
+run. Files are never deleted, so generations only grow.
+
+This module uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import time
+
+from chinchax.ladder import files
+
+LEASES_DIR = "leases"
+
+
+def worker_id() -> str:
+  """This process's name in leases and rows: ``host-pid``."""
+  return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Lease:
+  """A held lease of one run (generation ``gen``), owned by this process.
+
+  Attributes:
+    attempt: the attempt of the run this lease carries (set by the holder, 0 until then).
+    before: (state, content) of the previous generation when this one was
+      claimed: ``("free", None)``, ``("released", {...})`` or ``("expired", {...})``.
+  """
+
+  def __init__(self, path: pathlib.Path, run_id: str, gen: int, owner: str, before=("free", None)):
+    self.path, self.run_id, self.gen, self.owner = path, run_id, gen, owner
+    self.n_beat, self.attempt, self.before = 0, 0, before
+
+  def content(self, released: str | bool = False) -> str:
+    return json.dumps({"run_id": self.run_id, "gen": self.gen, "owner": self.owner,
+                       "attempt": self.attempt, "beat": self.n_beat, "time": time.time(),
+                       "released": released})
+
+  def lost(self) -> bool:
+    """True when a later generation exists: another worker took the run over."""
+    return self.path.with_name(f"{self.run_id}.{self.gen + 1}").exists()
+
+  def beat(self) -> bool:
+    """Renews the lease; False (and nothing written) when it has been lost."""
+    if self.lost():
+      return False
+    self.n_beat += 1
+    files.write_atomic(self.path, self.content())
+    return True
+
+  def release(self, reason: str = "recorded") -> None:
+    """Marks the lease released for ``reason`` (the next generation may be claimed at once)."""
+    if not self.lost():
+      files.write_atomic(self.path, self.content(released=reason))
+
+
+class Leases:
+  """The lease directory of a ladder workdir, seen by one worker.
+
+  Args:
+    directory: ``<workdir>/leases``.
+    owner: this worker's id.
+    expiry_s: a held lease whose file has not changed for this long (by this
+      observer's clock) has expired.
+    clock: monotonic seconds (tests pass a fake one).
+  """
+
+  def __init__(self, directory: pathlib.Path, owner: str, expiry_s: float,
+               clock=time.monotonic):
+    self.dir = pathlib.Path(directory)
+    self.dir.mkdir(parents=True, exist_ok=True)
+    self.owner, self.expiry_s, self.clock = owner, expiry_s, clock
+    self._gen: dict[str, int] = {}                      # highest generation seen per run
+    self._seen: dict[str, tuple[int, str, float]] = {}  # run -> (gen, content, first seen at)
+
+  def _path(self, run_id: str, gen: int) -> pathlib.Path:
+    return self.dir / f"{run_id}.{gen}"
+
+  def current(self, run_id: str) -> tuple[int, dict | None]:
+    """(highest generation, its content) of a run; (-1, None) when never claimed."""
+    g = self._gen.get(run_id, -1)
+    while self._path(run_id, g + 1).exists():
+      g += 1
+    self._gen[run_id] = g
+    if g < 0:
+      return g, None
+    try:
+      text = self._path(run_id, g).read_text()
+    except FileNotFoundError:
+      return g, None
+    return g, json.loads(text)
+
+  def state(self, run_id: str) -> tuple[str, dict | None]:
+    """``("free" | "released" | "held" | "expired", content)`` of a run's current lease."""
+    g, content = self.current(run_id)
+    if content is None:
+      return "free", None
+    if content["released"]:
+      return "released", content
+    text = json.dumps(content, sort_keys=True)
+    now = self.clock()
+    seen = self._seen.get(run_id)
+    if seen is None or seen[:2] != (g, text):
+      self._seen[run_id] = (g, text, now)
+      return "held", content
+    return ("expired" if now - seen[2] >= self.expiry_s else "held"), content
+
+  def try_claim(self, run_id: str) -> Lease | None:
+    """Claims the run's next generation when its current lease is free, released or expired.
+
+    Returns:
+      the held Lease, or None when a live worker holds the run or another
+      worker claimed it first.
+    """
+    state, content = self.state(run_id)
+    if state == "held":
+      return None
+    g = self._gen[run_id] + 1
+    lease = Lease(self._path(run_id, g), run_id, g, self.owner, before=(state, content))
+    made = files.create_exclusive(lease.path, lease.content())
+    self._gen[run_id] = g
+    return lease if made else None

@@ -1,0 +1,61 @@
+# gcloud steps for Cloud TPU VMs, sourced by launch/tpu_pod.sh and launch/tpu_ladder.sh.
+# They read the caller's settings: dry_run (1: print the commands), where (--zone/--project
+# flags), accel, version, spot and dir; tpu_pack sets archive.
+# shellcheck disable=SC2154  # the settings come from the sourcing script
+
+# Runs a command, or prints it (`+ cmd args`, shell-quoted) under --dry-run.
+tpu_run() {
+  if ((dry_run)); then
+    printf '+'; printf ' %q' "$@"; printf '\n'
+  else
+    "$@"
+  fi
+}
+
+# tpu_on_all_workers VM COMMAND: runs COMMAND on every worker (host) of VM.
+tpu_on_all_workers() {
+  tpu_run gcloud compute tpus tpu-vm ssh "$1" "${where[@]}" --worker=all --command="$2"
+}
+
+# tpu_create VM create|queued: creates VM directly or through a queued resource.
+tpu_create() {
+  local extra=()
+  if ((spot)); then extra+=(--spot); fi
+  if [[ "$2" == create ]]; then
+    tpu_run gcloud compute tpus tpu-vm create "$1" "${where[@]}" \
+      --accelerator-type="$accel" --version="$version" "${extra[@]}"
+  else
+    tpu_run gcloud compute tpus queued-resources create "$1" "${where[@]}" --node-id="$1" \
+      --accelerator-type="$accel" --runtime-version="$version" "${extra[@]}"
+  fi
+}
+
+# tpu_wait_active VM: waits until VM's queued resource is ACTIVE (nothing under --dry-run).
+tpu_wait_active() {
+  if ((dry_run)); then return 0; fi
+  until [[ "$(gcloud compute tpus queued-resources describe "$1" "${where[@]}" \
+              --format='value(state.state)')" == "ACTIVE" ]]; do
+    echo "waiting for queued resource $1 to become ACTIVE..." >&2
+    sleep 30
+  done
+}
+
+# tpu_pack: tars this checkout (without .git, .venv, runs/) into the file named by $archive.
+tpu_pack() {
+  local repo
+  repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  archive="${TMPDIR:-/tmp}/chinchax-$$.tar.gz"
+  tpu_run tar -C "$repo" --exclude=.git --exclude=.venv --exclude=runs --exclude='*.egg-info' \
+    -czf "$archive" .
+}
+
+# tpu_sync VM: unpacks $archive (tpu_pack) into dir on every worker of VM.
+tpu_sync() {
+  tpu_run gcloud compute tpus tpu-vm scp "$archive" "$1:chinchax.tar.gz" "${where[@]}" --worker=all
+  tpu_on_all_workers "$1" "mkdir -p $dir && tar -xzf chinchax.tar.gz -C $dir && rm chinchax.tar.gz"
+}
+
+# tpu_setup VM: makes dir/.venv with chinchax[tpu] on every worker of VM.
+tpu_setup() {
+  tpu_on_all_workers "$1" "cd $dir && python3 -m venv .venv && .venv/bin/pip install -q -e '.[tpu]'"
+}
