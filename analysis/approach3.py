@@ -42,6 +42,9 @@ THETA_NAMES = ("logA", "logB", "logE", "alpha", "beta")
 _GRIDS = (GRID_LOG_A, GRID_LOG_B, GRID_LOG_E, GRID_ALPHA, GRID_BETA)  # in THETA_NAMES order
 MIN_RUNS = len(THETA_NAMES)  # a fit of 5 parameters needs at least 5 runs
 
+# exp() of a larger log overflows float64: an optimum out there is not a law.
+_MAX_LOG = math.log(float(np.finfo(np.float64).max))
+
 
 def chinchilla_grid() -> np.ndarray:
   """The 4500 L-BFGS starts of Chinchilla App. D.2, shape (4500, 5).
@@ -324,7 +327,7 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
 
   Raises:
     ApproachUnsupported: fewer than 5 runs.
-    FitError: the best optimum has alpha or beta <= 0.
+    FitError: the best optimum has alpha or beta <= 0, or E, A or B beyond float range.
   """
   reason = approach3_support(runs)
   if reason:
@@ -358,6 +361,11 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
   if not (alpha > 0 and beta > 0):
     raise FitError(f"Approach 3: the best optimum has alpha = {alpha:.4g}, beta = {beta:.4g}; "
                    f"both must be > 0 (the data do not determine the law)")
+  too_large = [f"{name} = {v:.4g}" for name, v in (("log E", logE), ("log A", logA),
+                                                    ("log B", logB)) if not v < _MAX_LOG]
+  if too_large:
+    raise FitError(f"Approach 3: the best optimum has {', '.join(too_large)}, beyond what a "
+                   f"float can hold (the data do not determine the law)")
   lo, hi = _grid_edges(grid)
   best_start = starts[best]
   edge = np.any(np.isclose(starts, lo) | np.isclose(starts, hi), axis=1)

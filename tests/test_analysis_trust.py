@@ -328,3 +328,16 @@ def test_weight_column_and_grid_spec(tmp_path):
   for bad in ("gamma=0:1:3", "alpha=0:1", "alpha=0:1:0", "alpha"):
     with pytest.raises(ValueError, match="start grid"):
       parse_grid(bad)
+
+
+def test_approach3_optimum_beyond_float_range_is_a_fit_error_not_an_overflow(monkeypatch):
+  """An optimum with log A ≈ 900 (seen on a 3×3 tiny ladder) is refused with a reason."""
+  runs = synthetic_runs(laws.get_law("epoch"), np.geomspace(1e18, 1e20, 3), n_sizes=5, seed=0)
+
+  def runaway(starts, *args, **kw):
+    x = np.tile(np.array([902.2, 7.0, 0.5, 4.0, 0.3]), (len(starts), 1))
+    return x, np.full(len(starts), 1e-3), np.ones(len(starts), int), np.ones(len(starts), bool)
+
+  monkeypatch.setattr(approach3, "run_lbfgs_starts", runaway)
+  with pytest.raises(approach3.FitError, match=r"log A = 902.2, beyond what a float can hold"):
+    fit_approach3(runs, polish=False)
