@@ -241,3 +241,11 @@ def test_unknown_key_without_a_close_match_lists_the_section(capsys, tmp_path):
   rc, err = _train(capsys, tmp_path, "--config.train.learning_rate=3e-4")
   assert rc == 2 and len(err) == 1, err
   assert "unknown config key 'train.learning_rate'" in err[0] and "peak_lr" in err[0], err
+
+
+def test_a_reader_that_leaves_early_is_not_an_error():
+  """`chinchax plan ... | true` (the reader gone before the plan is written): no error, exit 0."""
+  proc = subprocess.run(f"{sys.executable} -m chinchax.cli plan --flops 1e21 | true; "
+                        f"echo ${{PIPESTATUS[0]}}", shell=True, capture_output=True, text=True,
+                        timeout=120, executable="/bin/bash")
+  assert proc.stdout.strip() == "0" and proc.stderr == "", proc.stderr

@@ -19,6 +19,7 @@ exits with status 130.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from chinchax import errors
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     return errors.USER_ERROR_EXIT_CODE
   try:
-    return importlib.import_module(f"chinchax.cli.{verb}").main(rest)
+    status = importlib.import_module(f"chinchax.cli.{verb}").main(rest)
+    sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+    return status
   except errors.UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return errors.USER_ERROR_EXIT_CODE
@@ -56,3 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     print("\ninterrupted; rerun the same command to resume from the last checkpoint",
           file=sys.stderr)
     return 130
+  except BrokenPipeError:  # the reader left, e.g. `chinchax plan ... | head`: not an error
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
