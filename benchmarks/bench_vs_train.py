@@ -4,7 +4,7 @@ Alternates, in one process on 8 virtual CPU devices: a short `chinchax train` ru
 summary.json's step_time_s: mean seconds per step over the logged windows, input pipeline
 included) and `chinchax bench`'s measurement of the same training config (median over steady-
 state steps, each timed from the previous step's completion to its own with the next one queued;
-random tokens). Both run the step built by `train.jit_train_step`.
+random tokens). Both run the step built by `train.build_program`.
 
 Usage: python benchmarks/bench_vs_train.py [OUT_DIR] [ROUNDS (default 6)]
 """

@@ -40,10 +40,10 @@ point), ``summary.md``, ``bench.json`` (devices, peak, price, step-time fits),
 ``tokens_per_s_vs_batch.png``, ``mfu_vs_size.png``, ``memory_vs_batch.png``
 and, when ``bench.fit_sweep`` names a sweep, ``step_time.json`` — the step
 times of that sweep in the format ``chinchax plan --step-time-model`` reads
-(``chinchax.hardware``). Two step-time models are scored on held-out points
+(``chinchax.step_time``). Two step-time models are scored on held-out points
 of that sweep: t = t0 + a·FLOPs, and t = t0 + a·FLOPs + b·bytes ("Time
 Matters", Inbar & Sernau 2024), each with the analytic features of
-``chinchax.hardware`` (what ``plan`` uses) and with XLA's own cost analysis.
+``chinchax.work`` (what ``plan`` uses) and with XLA's own cost analysis.
 
 Modules: :mod:`~chinchax.bench.points` (the grid, each point's config, the
 config check), :mod:`~chinchax.bench.measure` (one point timed),
