@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from chinchax import laws
+from chinchax import paths as paths_lib
 from analysis import plots
 from analysis import report as reportlib
 from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
@@ -77,7 +78,10 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     ResultsError: the table cannot be read or used.
     ApproachUnsupported: an explicitly requested approach cannot run on the table.
     FitError: no approach could be fitted, or the requested one failed.
+    PathError: ``out_dir`` cannot be created or written (checked before any fit).
   """
+  out = os.fspath(out_dir) if out_dir else default_out_dir(results_path)
+  paths_lib.check_writable_dir(out, "fit output directory")
   say = log or (lambda msg: None)
   tell = warn or (lambda msg: say(f"warning: {msg}"))
   results_path = os.fspath(results_path)
@@ -103,7 +107,6 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   if not report.results:
     raise FitError("no approach could be fitted: " + "; ".join(
         f"approach {k}: {v}" for k, v in report.skipped.items()))
-  out = os.fspath(out_dir) if out_dir else default_out_dir(results_path)
   figure_paths = plots.make_figures(report, out, compare_laws) if figures else []
   json_path, md_path = reportlib.write_report(report, out, compare_laws, figure_paths)
   for k, res in sorted(report.results.items()):

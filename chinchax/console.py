@@ -13,6 +13,7 @@ speaks: pass ``enabled=False`` (or use :func:`primary`) elsewhere.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -20,9 +21,22 @@ from tqdm.auto import tqdm
 
 
 def say(msg: str, *, stream: TextIO | None = None, enabled: bool = True) -> None:
-  """Prints one message (flushed) on ``stream`` (default stdout) when ``enabled``."""
+  """Prints one message (flushed) on ``stream`` (default stdout) when ``enabled``.
+
+  When the reader of a pipe has gone (``chinchax train ... | head``), later
+  messages are discarded and the work goes on.
+  """
   if enabled:
-    print(msg, file=stream or sys.stdout, flush=True)
+    stream = stream or sys.stdout
+    try:
+      print(msg, file=stream, flush=True)
+    except BrokenPipeError:
+      discard(stream)
+
+
+def discard(stream: TextIO) -> None:
+  """Points ``stream``'s file descriptor at /dev/null (its reader has gone)."""
+  os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def warn(msg: str, *, enabled: bool = True) -> None:

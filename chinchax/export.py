@@ -55,6 +55,7 @@ from chinchax import budget
 from chinchax import console
 from chinchax import errors
 from chinchax import model as model_lib
+from chinchax import paths as paths_lib
 from chinchax.data import tokenizers as tokenizers_lib
 
 FORMATS = ("safetensors",)
@@ -340,6 +341,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
   workdir = pathlib.Path(os.path.expanduser(str(workdir))).resolve()
   run = load_run(workdir)
   out = pathlib.Path(os.path.expanduser(str(out))) if out else workdir / "export"
+  paths_lib.check_writable_dir(out, "--out")
   if out.exists() and any(out.iterdir()) and not overwrite:
     raise ExportError(f"output directory {str(out)!r} exists and is not empty; "
                       f"pass --overwrite or choose --out")

@@ -244,8 +244,38 @@ def test_unknown_key_without_a_close_match_lists_the_section(capsys, tmp_path):
 
 
 def test_a_reader_that_leaves_early_is_not_an_error():
-  """`chinchax plan ... | true` (the reader gone before the plan is written): no error, exit 0."""
+  """`chinchax plan ... | true` (the reader gone before the plan is written): no traceback, and
+  the status a shell gives a writer whose reader left (141 = 128 + SIGPIPE), or 0 when only the
+  final flush met the closed pipe."""
   proc = subprocess.run(f"{sys.executable} -m chinchax.cli plan --flops 1e21 | true; "
                         f"echo ${{PIPESTATUS[0]}}", shell=True, capture_output=True, text=True,
                         timeout=120, executable="/bin/bash")
-  assert proc.stdout.strip() == "0" and proc.stderr == "", proc.stderr
+  assert proc.stdout.strip() in ("0", "141") and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--flops", "1e21", "--write-config", "/proc/x.py"],
+    ["fit", "{csv}", "--approach", "2", "--bootstrap", "0", "--out", "{file}"],
+    ["export", "{file}", "--out", "/proc/exp"],
+])
+def test_unwritable_outputs_are_one_error_line(argv, tmp_path, capsys):
+  """An output path that is a file or cannot be created: one `error:` line, exit 2, no traceback."""
+  f = tmp_path / "a_file.py"
+  f.write_text("x = 1\n")
+  csv = REPO.parent / "shared" / "reference" / "epoch_chinchilla_svg_extracted_data.csv"
+  argv = [a.format(csv=csv, file=f) for a in argv]
+  assert cli.main(argv) == 2
+  err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+  assert len(err) == 1 and err[0].startswith("error:"), err
+
+
+def test_training_goes_on_when_its_output_pipe_closes(tmp_path):
+  """`chinchax train ... | head -1`: the run finishes (summary written) and exits 0."""
+  wd = tmp_path / "run"
+  proc = subprocess.run(
+      f"{sys.executable} -m chinchax.cli train --config={REPO}/configs/train.py:tiny "
+      f"--config.workdir={wd} --config.mesh.num_cpu_devices=0 | head -1; "
+      f"echo ${{PIPESTATUS[0]}}", shell=True, capture_output=True, text=True, timeout=300,
+      executable="/bin/bash", env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.stdout.splitlines()[-1] == "0", proc.stderr[-2000:]
+  assert (wd / "summary.json").exists()

@@ -19,9 +19,9 @@ exits with status 130.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
+from chinchax import console
 from chinchax import errors
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: unknown verb {verb!r}; known: {', '.join(VERBS)}\n\n{_usage()}",
           file=sys.stderr)
     return errors.USER_ERROR_EXIT_CODE
+  finished = False
   try:
     status = importlib.import_module(f"chinchax.cli.{verb}").main(rest)
+    finished = True
     sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
     return status
   except errors.UserError as e:
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\ninterrupted; rerun the same command to resume from the last checkpoint",
           file=sys.stderr)
     return 130
-  except BrokenPipeError:  # the reader left, e.g. `chinchax plan ... | head`: not an error
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+  except BrokenPipeError:  # the reader left, e.g. `chinchax plan ... | head`
+    console.discard(sys.stdout)
+    # Done, only the output was cut: 0. Stopped part-way: 141 (128 + SIGPIPE), as a shell says.
+    return 0 if finished else 141

@@ -16,6 +16,7 @@ import os
 import pathlib
 
 from chinchax import config as config_lib
+from chinchax import paths as paths_lib
 from chinchax.planning.errors import PlanError
 from chinchax.planning.planner import Plan
 
@@ -116,6 +117,7 @@ def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None
   if not path.parent.exists() or not path.parent.is_dir():
     raise PlanError(f"cannot write config {str(path)!r}: directory {str(path.parent)!r} does not "
                     f"exist")
+  paths_lib.check_writable_dir(path.parent, "--write-config directory")
   if path.suffix != ".py":
     raise PlanError(f"config path {str(path)!r} must end in .py (an ml_collections config file)")
   workdir = workdir or default_workdir(plan)

@@ -335,6 +335,21 @@ def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final
   }
 
 
+# What only a run that took steps measures: a rerun of a finished run keeps the earlier figures.
+_SPEED_KEYS = ("step_time_s", "tokens_per_s", "mfu", "compile_s")
+
+
+def _keep_measured_speed(summary: dict, previous: pathlib.Path) -> dict:
+  """``summary`` with the speed figures of ``previous`` (summary.json) when this call timed none."""
+  if summary["compile_s"] is not None or not previous.exists():
+    return summary
+  try:
+    old = json.loads(previous.read_text())
+  except (OSError, ValueError):
+    return summary
+  return {**summary, **{k: old[k] for k in _SPEED_KEYS if k in old}}
+
+
 def _report(s: dict, spec, say) -> None:
   """The result lines: steps and tokens, losses vs the unigram entropy, speed."""
   say(f"done    step {s['steps']}/{spec.steps}, tokens {s['tokens']:,} "
@@ -420,6 +435,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   summary = _summary(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
                      unigram=unigram, peak_src=peak_src, resumed=resumed,
                      wall_s=time.time() - t_start)
+  summary = _keep_measured_speed(summary, workdir / "summary.json")
   if primary:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
   _report(summary, spec, say)
