@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from chinchax import console
-from chinchax.bench import isolate
+from chinchax.bench.isolate import child_main
 
 USAGE = "usage: python -m chinchax.bench --child IN.json OUT.json (the bench itself: chinchax bench)"
 
@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
   if len(argv) != 3 or argv[0] != "--child":
     console.say(USAGE, stream=sys.stderr)
     return 2
-  return isolate.child_main(argv[1], argv[2])
+  return child_main(argv[1], argv[2])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import ml_collections
 
 from chinchax import config as config_lib
 from chinchax import runtime
-from chinchax.bench import memory
+from chinchax.bench.memory import is_oom
 from chinchax.bench.measure import measure_point
 from chinchax.bench.probe import probe
 
@@ -84,5 +84,5 @@ def run_child(job: dict, timeout_s: float, tmp: pathlib.Path, tag: str) -> dict:
   why = f"exit status {proc.returncode}"
   if proc.returncode == -9:
     why += " (SIGKILL: the kernel's out-of-memory killer?)"
-  return {"status": "oom" if memory.is_oom(RuntimeError("\n".join(tail))) else "crashed",
+  return {"status": "oom" if is_oom(RuntimeError("\n".join(tail))) else "crashed",
           "error": f"{why}: " + " | ".join(tail)[-1500:]}

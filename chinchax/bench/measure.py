@@ -15,7 +15,7 @@ from chinchax import distributed as distributed_lib
 from chinchax import sharding as sharding_lib
 from chinchax import train as train_lib
 from chinchax import work as work_lib
-from chinchax.bench import memory
+from chinchax.bench.memory import compiled_memory_bytes, device_memory_limit, is_oom, peak_memory
 
 # A row's status: measured, or why not (``timeout`` and ``crashed`` only with bench.isolate).
 STATUSES = ("ok", "invalid", "oom", "compile_error", "error", "timeout", "crashed")
@@ -27,7 +27,7 @@ def _percentile(xs, q):
 
 def _failure(row: dict, err: Exception, status: str) -> dict:
   """The row of a point that raised: ``oom`` if the error reads so, else ``status``."""
-  return {**row, "status": "oom" if memory.is_oom(err) else status,
+  return {**row, "status": "oom" if is_oom(err) else status,
           "error": f"{type(err).__name__}: {str(err)[:2000]}"}
 
 
@@ -40,7 +40,7 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
       > 0 fixes the MFU denominator.
     warmup_steps: untimed steps after the first call, each waited for.
     timed_steps: steps timed from completion to completion, the next one queued.
-    memory_limit_gb: see :func:`chinchax.bench.memory.device_memory_limit`.
+    memory_limit_gb: see :func:`chinchax.bench.device_memory_limit`.
     devices: devices of the mesh (default: all).
     seed: seed of the random token batches.
   Returns:
@@ -80,8 +80,8 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
   row["xla_flops"] = float(cost["flops"]) if "flops" in cost else None
   row["xla_bytes_accessed"] = (float(cost["bytes accessed"]) if "bytes accessed" in cost
                                else None)
-  needed = memory.compiled_memory_bytes(compiled)
-  limit, limit_src = memory.device_memory_limit(devices, memory_limit_gb)
+  needed = compiled_memory_bytes(compiled)
+  limit, limit_src = device_memory_limit(devices, memory_limit_gb)
   row.update(compiled_memory_bytes=needed, memory_limit_bytes=limit)
   if needed is None:  # no memory analysis: fall back on the analytic estimate
     needed = work_lib.memory_per_device(
@@ -127,7 +127,7 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
       pending, last = metrics, pending
     metrics = last
     row["loss_last"] = float(jax.device_get(metrics["loss"]))
-    peak_mem = memory.peak_memory(devices)
+    peak_mem = peak_memory(devices)
     del state
   except Exception as e:  # noqa: BLE001
     return _failure(row, e, "error")

@@ -6,7 +6,7 @@ import jax
 
 from chinchax import hardware as hardware_lib
 from chinchax import train as train_lib
-from chinchax.bench import memory
+from chinchax.bench.memory import device_memory_limit
 
 
 def probe(c, hardware: str = "") -> dict:
@@ -37,7 +37,7 @@ def probe(c, hardware: str = "") -> dict:
   if acc is not None and acc.price_per_device_hour is not None:
     price = acc.price_per_device_hour * n
   name = acc.name if acc is not None else devices[0].device_kind.lower().replace(" ", "-")
-  limit, limit_src = memory.device_memory_limit(devices, 0.0)
+  limit, limit_src = device_memory_limit(devices, 0.0)
   return {"backend": jax.default_backend(), "device_kind": devices[0].device_kind,
           "n_devices": n, "jax_version": jax.__version__, "peak_flops": peak,
           "peak_flops_source": src, "accelerator": acc.name if acc else None,

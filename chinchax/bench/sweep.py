@@ -13,7 +13,7 @@ import ml_collections
 
 from chinchax import config as config_lib
 from chinchax import console
-from chinchax.bench import isolate
+from chinchax.bench.isolate import run_child
 from chinchax.bench.measure import measure_point
 from chinchax.bench.plots import write_plots
 from chinchax.bench.points import Point, parse_mesh, point_config, validate_bench
@@ -90,7 +90,7 @@ def run_bench(cfg, points: list[Point] | None = None, *, verbose: bool = True) -
     tmp = pathlib.Path(tmp_name)
     base = ml_collections.ConfigDict(cfg.train_config.to_dict())
     if b.isolate:
-      info = isolate.run_child({"kind": "probe", "config": base.to_dict(), "hardware": b.hardware},
+      info = run_child({"kind": "probe", "config": base.to_dict(), "hardware": b.hardware},
                                b.point_timeout_s, tmp, "probe")
       if "backend" not in info:
         raise RuntimeError(f"the device probe failed: {info.get('error')}")
@@ -118,7 +118,7 @@ def run_bench(cfg, points: list[Point] | None = None, *, verbose: bool = True) -
         if invalid is not None:
           result = {"status": "invalid", "error": invalid}
         elif b.isolate:
-          result = isolate.run_child({"kind": "point", "config": c.to_dict(), "measure": measure_kw},
+          result = run_child({"kind": "point", "config": c.to_dict(), "measure": measure_kw},
                                      b.point_timeout_s, tmp, f"p{i}")
         else:
           result = measure_point(c, **measure_kw)

@@ -14,7 +14,7 @@ import pathlib
 import jax
 
 from chinchax import console
-from chinchax.ladder import worker as worker_lib
+import chinchax.ladder.worker as worker_lib
 
 
 def describe(plan: worker_lib.LadderPlan) -> None:

@@ -31,7 +31,7 @@ import pathlib
 import socket
 import time
 
-from chinchax.ladder import files
+import chinchax.ladder.files as files
 
 LEASES_DIR = "leases"
 

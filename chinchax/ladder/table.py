@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from chinchax.ladder import files
+import chinchax.ladder.files as files
 
 ROWS_DIR = "rows"
 

@@ -39,10 +39,10 @@ from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
 from chinchax import train as train_lib
-from chinchax.ladder import files
-from chinchax.ladder import grid
-from chinchax.ladder import lease as lease_lib
-from chinchax.ladder import table as table_lib
+import chinchax.ladder.files as files
+import chinchax.ladder.grid as grid
+import chinchax.ladder.lease as lease_lib
+import chinchax.ladder.table as table_lib
 
 GRID_FILE = "grid.json"
 FIT_CLAIMS_DIR = "fit-claims"

@@ -27,9 +27,9 @@ from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
-from chinchax.train import mfu
-from chinchax.train import spec as spec_lib
-from chinchax.train import step as step_lib
+import chinchax.train.mfu as mfu
+import chinchax.train.spec as spec_lib
+import chinchax.train.step as step_lib
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
 
 

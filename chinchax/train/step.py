@@ -23,8 +23,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from chinchax import model as model_lib
 from chinchax import sharding as sharding_lib
-from chinchax.train import optim
-from chinchax.train import spec as spec_lib
+import chinchax.train.optim as optim
+import chinchax.train.spec as spec_lib
 from chinchax.train.spec import RunSpec
 
 
