@@ -21,6 +21,7 @@ duplicated run, empty table, too few IsoFLOP budgets) raises
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis import validation as validation_lib
 from analysis.errors import ResultsError
 from analysis.runs import Runs, check_curve, flops_6nd, runs_from_arrays, tokens_6nd
 
@@ -100,6 +102,7 @@ def _parse_jsonl(text: str, path: str) -> Runs:
   n_failed = 0
   any_budget = None
   all_curves = True
+  held_out = []
   for line_no, raw in enumerate(text.splitlines(), start=1):
     if not raw.strip():
       continue
@@ -126,6 +129,9 @@ def _parse_jsonl(text: str, path: str) -> Runs:
     for col in ("N", "D", "final_eval_loss"):
       if col not in row or row[col] is None:
         raise ResultsError(f"{path}:{line_no}: run {rid!r} is missing column {col!r}")
+    if validation_lib.is_validation(row):  # held out: tests the fit, never part of it
+      held_out.append(row)
+      continue
     n = _number(row["N"], path, line_no, "N")
     d = _number(row["D"], path, line_no, "D")
     l = _number(row["final_eval_loss"], path, line_no, "final_eval_loss")
@@ -160,9 +166,10 @@ def _parse_jsonl(text: str, path: str) -> Runs:
   if not N:
     raise ResultsError(f"{path}: no finished runs to fit ({n_failed} failed)")
   budget_arr = np.asarray(budget) if any_budget else None
-  return runs_from_arrays(N, D, loss, budget=budget_arr, run_id=ids,
+  runs = runs_from_arrays(N, D, loss, budget=budget_arr, run_id=ids,
                           curves=curves if all_curves else None, source=path, n_failed=n_failed,
                           weight=_weights(weights, path))
+  return dataclasses.replace(runs, held_out=tuple(held_out))
 
 
 def _weights(weights: list, path: str) -> np.ndarray | None:

@@ -6,6 +6,7 @@ for callers that hold a path rather than an argv (the ladder's closing fit).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Callable, Sequence
@@ -16,6 +17,7 @@ from chinchax import laws
 from chinchax import paths as paths_lib
 from analysis import plots
 from analysis import report as reportlib
+from analysis import validation as validation_lib
 from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
 from analysis.approaches import APPROACHES, FitOptions
 from analysis.errors import FitError, FitOptionError
@@ -120,12 +122,22 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     say(f"approach {k}: a = {p['a']:.4f}{ci}{extra}")
   for k, reason in report.skipped.items():
     say(f"approach {k}: skipped: {reason}")
+  v = _validation_of(json_path)
+  if v is not None and v["rel_error"] is not None:
+    say(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "
+        f"{v['predicted_loss']:.4f}, measured {v['measured_loss']:.4f} nats/token "
+        f"({100 * v['rel_error']:+.2f}%)")
   for k, msgs in sorted(report.warnings.items()):
     for msg in msgs:
       tell(f"approach {k}: {msg}")
   say(f"wrote {json_path}, {md_path} and {len(figure_paths)} figure files in "
       f"{time.perf_counter() - t0:.1f} s")
   return report
+
+
+def _validation_of(json_path: str) -> dict | None:
+  with open(json_path) as f:
+    return json.load(f).get("validation")
 
 
 def _grid(grid: str | np.ndarray | None) -> np.ndarray | None:
@@ -141,3 +153,35 @@ def _grid(grid: str | np.ndarray | None) -> np.ndarray | None:
   if arr.ndim != 2 or arr.shape[1] != 5 or not np.all(np.isfinite(arr)):
     raise FitOptionError(f"a start grid must be finite with shape (S, 5), got {arr.shape}")
   return arr
+
+
+def add_validation(results_path: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+                   log: Callable[[str], None] | None = None) -> dict | None:
+  """Adds the table's validation run to an existing fit (``fit.json``, ``fit.md``) without
+  refitting; returns the ``validation`` block, or None when the table has no such run.
+
+  The block is what :func:`fit_results` writes for the same table
+  (:func:`analysis.validation.validation_block` with the law of ``fit.json``).
+
+  Raises:
+    ResultsError: the table cannot be read.
+    FitError: ``fit.json`` is missing or unreadable (fit the table first).
+  """
+  out = os.fspath(out_dir) if out_dir else default_out_dir(results_path)
+  runs = load_results(os.fspath(results_path), min_budgets=1)
+  if not runs.held_out:
+    return None
+  json_path = os.path.join(out, "fit.json")
+  try:
+    with open(json_path) as f:
+      data = json.load(f)
+  except (OSError, ValueError) as e:
+    raise FitError(f"cannot read {json_path} ({e}); fit {results_path} first") from None
+  data["validation"] = validation_lib.validation_block(data, runs.held_out[-1])
+  reportlib.write_json_and_markdown(data, out)
+  v = data["validation"]
+  if log is not None and v["rel_error"] is not None:
+    log(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "
+        f"{v['predicted_loss']:.4f}, measured {v['measured_loss']:.4f} nats/token "
+        f"({100 * v['rel_error']:+.2f}%)")
+  return v

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from chinchax import laws
+from analysis import validation as validation_lib
 from analysis.approach3 import THETA_NAMES
 from analysis.approaches import APPROACHES
 from analysis.bootstrap import BootstrapResult, percentile_interval
@@ -194,6 +195,8 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
     pub[law.name] = entry
   out["published"] = pub
   out["figures"] = [os.path.basename(p) for p in figures]
+  if runs.held_out:
+    out["validation"] = validation_lib.validation_block(out, runs.held_out[-1])
   return out
 
 
@@ -232,6 +235,8 @@ def markdown(data: dict) -> str:
   for name, p in data.get("published", {}).items():
     lines.append(f"| {name} (published) | {_fmt(p['a'])} | {_fmt(p['b'])} |")
   lines.append("")
+  if data.get("validation"):
+    lines += validation_lib.markdown(data["validation"])
   d3 = data.get("approach3")
   if d3 and d3["status"] == "ok":
     lines += ["## Approach 3: L(N, D) = E + A / N^alpha + B / D^beta", "",
@@ -309,7 +314,11 @@ def write_report(report: FitReport, out_dir: str, compare: Sequence[laws.Law] = 
                  figures: Sequence[str] = ()) -> tuple[str, str]:
   """Writes ``fit.json`` and ``fit.md`` into ``out_dir``; returns their paths."""
   os.makedirs(out_dir, exist_ok=True)
-  data = report_dict(report, compare, figures)
+  return write_json_and_markdown(report_dict(report, compare, figures), out_dir)
+
+
+def write_json_and_markdown(data: dict, out_dir: str) -> tuple[str, str]:
+  """Writes a :func:`report_dict` dict as ``fit.json`` and ``fit.md``; returns their paths."""
   json_path = os.path.join(out_dir, "fit.json")
   md_path = os.path.join(out_dir, "fit.md")
   with open(json_path, "w") as f:

@@ -50,6 +50,8 @@ class Runs:
       grouped from C (False).
     weight: per-run weight in the fits (Approach 2's parabolas, Approach 3's
       summed loss), shape (R,), >= 0; None: every run counts once.
+    held_out: finished rows with ``"role": "validation"`` (the ladder's
+      validation run): read, never fitted (:mod:`analysis.validation`).
   """
 
   N: np.ndarray
@@ -62,6 +64,7 @@ class Runs:
   source: str = ""
   has_budget_column: bool = False
   weight: np.ndarray | None = None
+  held_out: tuple[dict, ...] = ()
 
   @property
   def C(self) -> np.ndarray:

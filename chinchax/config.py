@@ -163,15 +163,17 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.workdir = "runs/ladder"       # results.jsonl, runs/<run_id>/ and fit/ go here
   c.ladder = l = ml_collections.ConfigDict()
-  l.c_min = 5e10                  # smallest IsoFLOP budget C (FLOPs, C = 6ND)
-  l.c_max = 5e11                  # largest budget (FLOPs)
+  l.c_min = 2.5e10                # smallest IsoFLOP budget C (FLOPs, C = 6ND)
+  l.c_max = 8e11                  # largest budget (FLOPs): 1.5 decades above c_min
   l.n_budgets = 4                 # budgets, geometrically spaced from c_min to c_max
   l.sizes_per_budget = 5          # model sizes per budget, log-spaced around N_opt(C)
   l.spread = 2.5                  # sizes run from N_opt/spread to N_opt·spread
-  l.tokens_per_param = 200.0      # D/N at the grid's centre; byte-level models of 3k–50k params, 2k-token batches, optimise near 100–300 (20 is Chinchilla's at scale)
+  l.tokens_per_param = 75.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 50–100 (20 is Chinchilla's at scale)
+  l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
-  l.hparams = "fixed"             # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
+  l.validate = True               # after the fit, train a held-out run at validate_factor × c_max with the fitted law's N_opt; predicted vs measured loss in fit.json / fit.md
+  l.validate_factor = 3.0         # the validation run's budget as a multiple of c_max (> 1: beyond the grid)
   l.bootstrap = 200               # bootstrap resamples for the fit's confidence intervals
   l.progress = True               # ladder progress bar with ETA
   l.worker = False                # be one of many workers sharing workdir: claim runs until none is left, no grid listing, fit only if this worker settles the ladder
@@ -185,7 +187,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   t = base_config()
   t.workdir = "unused"            # each run gets <workdir>/runs/<run_id>
   t.mesh.num_cpu_devices = 1      # ladder models are tiny: one CPU device, no collectives to wait on
-  t.train.update(eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
+  t.train.update(seq_len=64, eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
                  checkpoint_every=500, keep_checkpoints=1, warmup_steps=50)
   c.train_config = t              # the training config every run starts from
   return c

@@ -43,7 +43,7 @@ def test_shape_rule_is_close_and_documented_bounds():
 def test_grid_centres_the_optimum(tmp_path, small_corpus, store_root):
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=1e12, c_max=1e14, n_budgets=3, sizes_per_budget=5, spread=3.0)
-  runs = ladder.plan_runs(c.ladder, 257, 128)
+  runs = ladder.plan_runs(c.ladder, c.train_config.train, 257)
   budgets = sorted({r.C_budget for r in runs})
   assert len(budgets) == 3 and budgets[1] == pytest.approx(1e13)
   for C in budgets:
@@ -77,7 +77,7 @@ def test_bad_ladder_configs(tmp_path, small_corpus, store_root):
 def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store_root, monkeypatch):
   from chinchax import train as train_lib
   c = _ladder_config(tmp_path, small_corpus, store_root)
-  runs = ladder.plan_runs(c.ladder, 257, c.train_config.train.seq_len)
+  runs = ladder.plan_runs(c.ladder, c.train_config.train, 257)
   bad = runs[1].run_id
   calls = []
 
@@ -120,7 +120,7 @@ def _ladder_cli(c, log, *extra):
 def test_kill_and_rerun_finishes_remaining_runs_only(tmp_path, small_corpus, store_root):
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=3e8, c_max=6e8, fit=False)  # fitting is tested in test_analysis_*
-  n_runs = len(ladder.plan_runs(c.ladder, 257, c.train_config.train.seq_len))
+  n_runs = len(ladder.plan_runs(c.ladder, c.train_config.train, 257))
   results = pathlib.Path(c.workdir) / "results.jsonl"
   with open(tmp_path / "first.log", "wb") as log:
     proc = _ladder_cli(c, log)

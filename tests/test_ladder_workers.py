@@ -226,7 +226,7 @@ def test_run_whose_workers_keep_dying_is_recorded_failed_not_run_again(tmp_path,
   from chinchax import train as train_lib
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(fit=False, max_attempts=2, lease_expiry_s=0.4, heartbeat_s=0.1, poll_s=0.05)
-  runs = ladder.plan_runs(c.ladder, 257, c.train_config.train.seq_len)
+  runs = ladder.plan_runs(c.ladder, c.train_config.train, 257)
   doomed = runs[0].run_id
   leases = pathlib.Path(c.workdir) / "leases"
   leases.mkdir(parents=True)

@@ -22,13 +22,21 @@ from chinchax import runtime
 from chinchax.cli import flags as flags_lib
 
 
-def _fit(table, bootstrap: int) -> None:
-  """Approaches 1–3 on the table into ``fit/`` beside it; a fit that fails keeps the runs."""
+def _fit(config, table) -> None:
+  """Approaches 1–3 on the table into ``fit/`` beside it, then (``ladder.validate``) the
+  validation run and its comparison; a fit that fails keeps the runs."""
+  lc = config.ladder
   try:
-    fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=bootstrap,
+    fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=lc.bootstrap,
                              log=console.say, warn=console.warn)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
+    return
+  if not lc.validate:
+    return
+  plan = ladder_lib.prepare(config, check_data=False)
+  if ladder_lib.run_validation(plan, table.parent / "fit" / "fit.json") is not None:
+    fit_pipeline.add_validation(table, table.parent / "fit", log=console.say)
 
 
 def main(argv: list[str]) -> int:
@@ -58,8 +66,8 @@ def main(argv: list[str]) -> int:
     ladder_lib.describe(plan)
     code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus)
     console.say(ladder_lib.finish_line(plan))
-    if code == 0 and lc.fit and ladder_lib.claim_fit(plan.workdir / "results.jsonl", lc.bootstrap):
-      _fit(plan.workdir / "results.jsonl", lc.bootstrap)
+    if code == 0 and lc.fit and ladder_lib.claim_fit(plan.workdir / "results.jsonl"):
+      _fit(config, plan.workdir / "results.jsonl")
     return code
   distributed_lib.install_sigterm_handler()
   try:
@@ -68,5 +76,5 @@ def main(argv: list[str]) -> int:
     console.say(str(e), stream=sys.stderr, enabled=console.primary())
     return distributed_lib.PREEMPTED_EXIT_CODE
   if lc.fit and console.primary() and (ladder_lib.claim_fit(table) or not lc.worker):
-    _fit(table, lc.bootstrap)
+    _fit(config, table)
   return 0

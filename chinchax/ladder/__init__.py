@@ -10,7 +10,9 @@ training workdir with checkpoints, and one result row
 recorded runs and resumes unfinished ones from their checkpoints, a failed run
 is recorded and retried a bounded number of times, and a dead worker's run is
 taken over when its lease expires. ``chinchax ladder`` then has the analysis
-package fit Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table, once.
+package fit Approaches 1–3 (Hoffmann et al. 2022, Sec. 3) to the table, once,
+and trains a held-out validation run at a larger budget with the fitted law's
+N_opt (:mod:`~chinchax.ladder.validation`).
 """
 
 from chinchax.ladder.driver import describe, finish_line, run_ladder
@@ -18,12 +20,13 @@ from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladd
 from chinchax.ladder.lease import Lease, Leases, worker_id
 from chinchax.ladder.local import run_local_workers, worker_command
 from chinchax.ladder.table import ResultsTable
+from chinchax.ladder.validation import plan_validation, run_validation
 from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, prepare, run_states,
                                     train_run, work)
 
 __all__ = [
     "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
-    "describe", "finish_line", "plan_runs", "prepare", "run_config", "run_ladder",
-    "run_local_workers", "run_states", "train_run", "validate_ladder", "work", "worker_command",
+    "describe", "finish_line", "plan_runs", "plan_validation", "prepare", "run_config",
+    "run_ladder", "run_local_workers", "run_states", "run_validation", "train_run", "validate_ladder", "work", "worker_command",
     "worker_id",
 ]

@@ -25,12 +25,16 @@ def describe(plan: worker_lib.LadderPlan) -> None:
   console.say(f"ladder  {len(plan.runs)} runs over {lc.n_budgets} budgets "
               f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs; {n_done} already done; "
               f"results -> {plan.workdir / 'results.jsonl'}")
+  console.say(f"        shapes: the 'ladder' shape rule (n_layers fixed, d_model in steps of 4); "
+              f"hyperparameters: ladder.hparams={lc.hparams!r}")
   for r, state in states:
     c = r.counts
     note = "" if state == "pending" else f"  ({state})"
+    hp = r.hparams
     console.say(f"        {r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
                 f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} D={r.D:,.0f} "
-                f"D/N={r.D / c.total:.1f}{note}")
+                f"D/N={r.D / c.total:.1f} lr={hp.peak_lr:.3g} batch={hp.global_batch_size} "
+                f"steps={hp.steps}{note}")
 
 
 def finish_line(plan: worker_lib.LadderPlan) -> str:

@@ -3,9 +3,11 @@
 For each FLOP budget C of a geometric grid, ``sizes_per_budget`` model sizes N
 are spread log-uniformly around the predicted optimum N_opt(C) (the optimum
 in the middle of the spread). Each (C, N) becomes a concrete shape by the
-shape rule's ``"ladder"`` preset (``chinchax.planning.shapes``) and trains on
-D = C / (6N) tokens with its own cosine schedule spanning exactly its own
-steps (``budget.mode = "flops"``), in its own workdir ``runs/<run_id>``.
+shape rule's ``"ladder"`` preset (``chinchax.planning.shapes``: a fixed
+depth, width in steps of 4) and trains on D = C / (6N) tokens with its own
+cosine schedule spanning exactly its own steps (``budget.mode = "flops"``),
+in its own workdir ``runs/<run_id>``, with the peak LR, batch, β2 and warmup
+of the ``ladder.hparams`` rule (:mod:`chinchax.hparams`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from chinchax import budget
 from chinchax import config as config_lib
+from chinchax import hparams as hparams_lib
 from chinchax.planning import shapes as shapes_lib
 
 
@@ -30,12 +33,17 @@ class LadderRun:
     C_budget: the IsoFLOP budget (FLOPs, C = 6·N·D).
     N_target: the size asked for by the grid (parameters).
     shape: the concrete shape (exact N from ``budget.param_counts``).
+    hparams: its peak LR, batch, β2 and warmup (:class:`chinchax.hparams.HParams`).
+    role: ``"grid"`` (a point of an IsoFLOP profile) or ``"validation"`` (the
+      run that tests the fitted law; never fitted).
   """
 
   run_id: str
   C_budget: float
   N_target: float
   shape: budget.ModelShape
+  hparams: hparams_lib.HParams
+  role: str = "grid"
 
   @property
   def counts(self) -> budget.ParamCounts:
@@ -47,7 +55,32 @@ class LadderRun:
     return self.C_budget / (6.0 * self.counts.total)
 
 
-def plan_runs(lc, vocab_size: int, seq_len: int) -> list[LadderRun]:
+def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
+             exclude: frozenset[int] = frozenset(), role: str = "grid",
+             prefix: str = "") -> LadderRun:
+  """The run of budget C nearest ``n_target`` parameters: its shape and hyperparameters.
+
+  Args:
+    lc: the ladder section (``hparams``, ``min_steps``).
+    base_train: the base training section (seq_len and the rule's base values).
+    C: FLOP budget (C = 6·N·D).
+    n_target: parameters asked for.
+    vocab_size: the tokenizer's vocabulary.
+    exclude: total parameter counts not to use (sizes already in the budget).
+    role, prefix: the run's role, and a prefix of its id (``V`` for validation).
+  """
+  shape = shapes_lib.propose_shapes(
+      n_target, vocab_size=vocab_size, seq_len=base_train.seq_len,
+      rule=shapes_lib.PRESETS["ladder"], k=1, exclude=exclude)[0].shape
+  n = budget.param_counts(shape).total
+  hp = hparams_lib.hparams_for_run(lc.hparams, n, C, base_train.seq_len,
+                                   hparams_lib.Base.from_config(base_train),
+                                   min_steps=lc.min_steps)
+  return LadderRun(run_id=f"{prefix}C{C:.2e}_N{n}", C_budget=float(C), N_target=float(n_target),
+                   shape=shape, hparams=hp, role=role)
+
+
+def plan_runs(lc, base_train, vocab_size: int) -> list[LadderRun]:
   """The ladder's runs, budget by budget, smallest N first.
 
   N_opt(C) = sqrt(C / (6 · tokens_per_param)) (C = 6·N·D with D = ratio·N), and
@@ -55,7 +88,8 @@ def plan_runs(lc, vocab_size: int, seq_len: int) -> list[LadderRun]:
   each made a shape by the shape rule's ``"ladder"`` preset
   (:data:`chinchax.planning.shapes.PRESETS`). A size whose nearest shape is
   already taken in its budget moves to the nearest free one, so every budget
-  has exactly ``sizes_per_budget`` sizes.
+  has exactly ``sizes_per_budget`` sizes. Each run's hyperparameters come
+  from the ``ladder.hparams`` rule (``base_train``: the base training section).
   """
   budgets = np.geomspace(lc.c_min, lc.c_max, lc.n_budgets)
   runs = []
@@ -63,13 +97,10 @@ def plan_runs(lc, vocab_size: int, seq_len: int) -> list[LadderRun]:
     n_opt = math.sqrt(C / (6.0 * lc.tokens_per_param))
     seen: set[int] = set()
     for u in np.linspace(-1.0, 1.0, lc.sizes_per_budget):
-      shape = shapes_lib.propose_shapes(
-          n_opt * lc.spread ** u, vocab_size=vocab_size, seq_len=seq_len,
-          rule=shapes_lib.PRESETS["ladder"], k=1, exclude=frozenset(seen))[0].shape
-      n = budget.param_counts(shape).total
-      seen.add(n)
-      runs.append(LadderRun(run_id=f"C{C:.2e}_N{n}", C_budget=float(C),
-                            N_target=float(n_opt * lc.spread ** u), shape=shape))
+      run = make_run(lc, base_train, C, n_opt * lc.spread ** u, vocab_size,
+                     exclude=frozenset(seen))
+      seen.add(run.counts.total)
+      runs.append(run)
   return runs
 
 
@@ -79,6 +110,9 @@ def validate_ladder(lc) -> None:
   for k in ("c_min", "c_max", "tokens_per_param", "spread"):
     if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] <= 0:
       raise E(f"ladder.{k}={lc[k]!r} must be a positive number")
+  if not isinstance(lc.validate_factor, (int, float)) or not lc.validate_factor > 1:
+    raise E(f"ladder.validate_factor={lc.validate_factor!r} must be a number > 1 (the validation "
+            f"run's budget is validate_factor × ladder.c_max, beyond the grid)")
   if lc.c_max < lc.c_min:
     raise E(f"ladder.c_max={lc.c_max:g} is below ladder.c_min={lc.c_min:g}")
   if lc.spread <= 1:
@@ -90,6 +124,7 @@ def validate_ladder(lc) -> None:
             f"(a parabola needs three points)")
   if lc.min_steps < 1:
     raise E(f"ladder.min_steps={lc.min_steps!r} must be >= 1")
+  hparams_lib.check_rule(lc.hparams)
   for k in ("workers", "max_attempts"):
     if not isinstance(lc[k], int) or lc[k] < 1:
       raise E(f"ladder.{k}={lc[k]!r} must be a positive integer")
@@ -106,10 +141,14 @@ def validate_ladder(lc) -> None:
 
 
 def run_config(base, run: LadderRun, workdir: pathlib.Path):
-  """The training config of one ladder run: the base config with its shape and budget."""
+  """The training config of one ladder run: the base config with its shape, budget and
+  hyperparameters (``run.hparams``)."""
   c = base.copy_and_resolve_references()
-  s = run.shape
+  s, hp = run.shape, run.hparams
   c.model.update(d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, d_ff=s.d_ff)
   c.budget.update(mode="flops", flops=run.C_budget, n_kind="total")
+  if hp.rule != "fixed":
+    c.train.update(peak_lr=hp.peak_lr, global_batch_size=hp.global_batch_size, b2=hp.b2,
+                   warmup_steps=hp.warmup_steps)
   c.workdir = str(workdir / "runs" / run.run_id)
   return c

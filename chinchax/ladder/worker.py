@@ -57,7 +57,6 @@ class LadderPlan:
   workdir: pathlib.Path
   devices: list
   vocab: int
-  per_step: int
 
   @property
   def table(self) -> table_lib.ResultsTable:
@@ -74,8 +73,9 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
   Writes ``grid.json`` (the run ids) into the workdir.
 
   Raises:
-    ConfigError: invalid ladder or training config, a budget whose runs are
-      shorter than ``ladder.min_steps``, a corpus too small for the largest D.
+    ConfigError: invalid ladder or training config, a run shorter than
+      ``ladder.min_steps`` under its hyperparameter rule, a corpus too small
+      for the largest D.
     DataError: the corpus cannot be read.
   """
   lc = config.ladder
@@ -85,34 +85,48 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
   devices = list(jax.devices() if devices is None else devices)
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
   spec0 = train_lib.resolve(base, len(devices))
-  runs = grid.plan_runs(lc, spec0.model.vocab_size, base.train.seq_len)
-  per_step = base.train.global_batch_size * base.train.seq_len
-  short = [r for r in runs if r.D / per_step < lc.min_steps]
+  runs = grid.plan_runs(lc, base.train, spec0.model.vocab_size)
+  short = [r for r in runs if r.hparams.short]
   if short:
     r = short[0]
     raise config_lib.ConfigError(
-        f"budget C={r.C_budget:.3g} gives run {r.run_id} only {r.D / per_step:.1f} steps of "
-        f"{per_step} tokens (ladder.min_steps={lc.min_steps}); raise ladder.c_min or shrink the batch")
-  plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, per_step)
-  if check_data:  # the smallest N of each budget reads the most tokens
-    one_step = dataclasses.replace(spec0, steps=1, tokens=per_step)
-    first = grid.run_config(base, runs[0], workdir)
-    try:
-      split = train_lib.prepare_data(first, one_step).train_split
-    except OSError:  # workers started together built the same token store; it is complete now
-      time.sleep(1.0)
-      split = train_lib.prepare_data(first, one_step).train_split
-    n_windows = (split.n_tokens - 1) // base.train.seq_len
-    for r in runs:
-      need = math.ceil(r.D / per_step) * base.train.global_batch_size
-      if need > n_windows and not base.data.allow_repeat:
-        raise config_lib.ConfigError(
-            f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,}) needs D={r.D:,.0f} "
-            f"tokens = {need / n_windows:.2f} epochs of the {split.n_tokens:,}-token training "
-            f"split; lower ladder.c_max or set train_config.data.allow_repeat=True")
+        f"budget C={r.C_budget:.3g} gives run {r.run_id} only {r.hparams.steps} steps of "
+        f"{r.hparams.global_batch_size}×{base.train.seq_len} tokens "
+        f"(ladder.min_steps={lc.min_steps}, ladder.hparams={lc.hparams!r}); raise ladder.c_min "
+        f"or shrink the batch")
+  plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size)
+  if check_data:
+    check_corpus(plan, runs)
   workdir.mkdir(parents=True, exist_ok=True)
   files.write_atomic(workdir / GRID_FILE, json.dumps([r.run_id for r in runs]))
   return plan
+
+
+def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
+  """Builds (or loads) the token store and checks it feeds every run of ``runs`` without
+  repetition (unless ``data.allow_repeat``).
+
+  Raises:
+    ConfigError: a run needs more than one epoch of the training split.
+    DataError: the corpus cannot be read.
+  """
+  base = plan.config.train_config
+  spec0 = train_lib.resolve(base, len(plan.devices))
+  first = grid.run_config(base, runs[0], plan.workdir)
+  one_step = dataclasses.replace(spec0, steps=1, tokens=spec0.tokens_per_step)
+  try:
+    split = train_lib.prepare_data(first, one_step).train_split
+  except OSError:  # workers started together built the same token store; it is complete now
+    time.sleep(1.0)
+    split = train_lib.prepare_data(first, one_step).train_split
+  n_windows = (split.n_tokens - 1) // base.train.seq_len
+  for r in runs:
+    need = r.hparams.steps * r.hparams.global_batch_size
+    if need > n_windows and not base.data.allow_repeat:
+      raise config_lib.ConfigError(
+          f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,}) needs D={r.D:,.0f} "
+          f"tokens = {need / n_windows:.2f} epochs of the {split.n_tokens:,}-token training "
+          f"split; lower ladder.c_max or set train_config.data.allow_repeat=True")
 
 
 def _eval_curve(workdir: pathlib.Path, n_params: int, tokens_per_step: int) -> list[list[float]]:
@@ -139,11 +153,15 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
   cfg = grid.run_config(base, r, plan.workdir)
   cfg.train.progress = False
   t0 = time.time()
-  row = {"run_id": r.run_id, "C_budget": r.C_budget, "N": r.counts.total,
+  hp = r.hparams
+  row = {"run_id": r.run_id, "role": r.role, "C_budget": r.C_budget, "N": r.counts.total,
          "N_non_embedding": r.counts.non_embedding,
          "shape": {"d_model": r.shape.d_model, "n_layers": r.shape.n_layers,
                    "n_heads": r.shape.n_heads, "d_ff": r.shape.d_ff, "vocab_size": plan.vocab,
                    "seq_len": base.train.seq_len},
+         "hparams": {"rule": hp.rule, "peak_lr": cfg.train.peak_lr,
+                     "global_batch_size": cfg.train.global_batch_size, "b2": cfg.train.b2,
+                     "warmup_steps": cfg.train.warmup_steps},
          "attempts": attempt, "worker": owner}
   try:
     summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
@@ -154,7 +172,8 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
         "final_train_loss": summary["final_train_loss"],
         "final_eval_loss": summary["final_eval_loss"],
         "final_eval_bits_per_byte": summary["final_eval_bits_per_byte"],
-        "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total, plan.per_step),
+        "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total,
+                                  cfg.train.global_batch_size * cfg.train.seq_len),
         "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
         "mfu": summary["mfu"], "resumed": summary.get("resumed", False)})
   except (KeyboardInterrupt, distributed_lib.Preempted):
@@ -279,7 +298,7 @@ def work(plan: LadderPlan, *, owner: str | None = None, on_claim=None, on_row=No
         say(f"worker {owner}: run {r.run_id} (lease {held.gen}, attempt {held.attempt})")
       else:
         on_claim(r, held.gen, held.attempt)
-      row = _run_under_lease(plan, r, held, lc.heartbeat_s)
+      row = run_under_lease(plan, r, held, lc.heartbeat_s)
       if row is None:
         say(f"worker {owner}: lost the lease of {r.run_id} to another worker; leaving it")
         report.lost.append(r.run_id)
@@ -317,7 +336,7 @@ def _claim_first(plan, table, leases, order, failed_here):
   return None
 
 
-def _run_under_lease(plan, r, held: lease_lib.Lease, heartbeat_s: float) -> dict | None:
+def run_under_lease(plan, r, held: lease_lib.Lease, heartbeat_s: float) -> dict | None:
   """Trains ``r`` while a thread renews ``held``; its row, or None when the lease was lost.
 
   Raises:

@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 from chinchax import budget
+from chinchax import hparams as hparams_lib
 
 # Batch size and peak learning rate follow DeepSeek LLM's compute scaling fits
 # (Bi et al. 2024, arXiv 2401.02954, Sec. 3.1, eq. 1):
@@ -27,13 +28,14 @@ MIN_STEPS = 100
 
 def batch_size_tokens(C: float) -> float:
   """Tokens per step B = 0.2920·C^0.3271 (DeepSeek LLM, Bi et al. 2024, eq. 1), ≤ 4M tokens."""
-  return min(0.2920 * float(C) ** 0.3271, float(BATCH_TOKENS_CAP))
+  return min(hparams_lib.DEEPSEEK_BATCH_COEF * float(C) ** hparams_lib.DEEPSEEK_BATCH_EXPONENT,
+             float(BATCH_TOKENS_CAP))
 
 
 def peak_learning_rate(C: float) -> float:
   """Peak LR eta = 0.3118·C^-0.1250 (DeepSeek LLM, Bi et al. 2024, eq. 1) in [1e-4, 3e-3]."""
   lo, hi = PEAK_LR_RANGE
-  return min(hi, max(lo, 0.3118 * float(C) ** -0.1250))
+  return min(hi, max(lo, hparams_lib.DEEPSEEK_LR_COEF * float(C) ** hparams_lib.DEEPSEEK_LR_EXPONENT))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,4 +106,4 @@ def plan_batch(D: float, *, N: float, seq_len: int, C: float | None = None,
 def warmup_steps(N: float, tokens_per_step: int, steps: int) -> int:
   """Warmup of about N tokens (Porian et al. 2024, Sec. 3): ceil(N / tokens_per_step) steps,
   capped at 10% of ``steps`` (:func:`chinchax.budget.max_warmup_steps`)."""
-  return min(int(math.ceil(N / tokens_per_step)), budget.max_warmup_steps(steps))
+  return hparams_lib.warmup_steps_for_tokens(N, tokens_per_step, steps)

@@ -11,10 +11,15 @@ named presets live in :data:`PRESETS`:
 * ``"cpu"`` — ``chinchax plan`` on CPU: multiples of 16; head_dim the largest
   of 64, 32, 16 that divides d_model into at least 4 heads (16 for the
   smallest widths).
-* ``"ladder"`` — the ladder's small models: multiples of 8 up to 2048,
-  head_dim 8, n_layers >= 1 and aspect ratios 8–32 (small models of this
-  scale train well shallow; Kaplan et al. 2020, Fig. 5, shows the loss flat
-  over a wide band, so the band is a choice of convenience).
+* ``"ladder"`` — the IsoFLOP ladder's small models, one smooth family:
+  a fixed depth (n_layers = 2) and the width d_model in steps of 4 from 8,
+  so N grows strictly and smoothly with d_model along the grid (no depth
+  jumps: loss along an IsoFLOP profile changes only through width). Heads:
+  the most heads of at least 16 dimensions (an even head_dim) that divide
+  d_model; widths below 32 get one head. d_ff is the multiple of 4 nearest
+  8/3·d_model. Kaplan et al. 2020 (Sec. 3.1, Fig. 5) find loss at fixed N
+  flat within a few percent over aspect ratios ~20–200, which the fixed
+  depth spans for d_model 40–400.
 
 Common to all: d_ff is the multiple of the width quantum nearest to
 8/3·d_model, which keeps a SwiGLU MLP's parameters at the 2-matrix MLP's
@@ -25,8 +30,7 @@ range of aspect ratios (roughly 20–200); the preferred value is 64, about the
 middle of Chinchilla Table A9 (64 to 109). Tiny models whose embedding leaves
 no in-band shape drop the band. Shapes are ranked by
 |ln(N / N*)| + 0.05·|ln(aspect / 64)| — a 2× aspect-ratio miss costs as much
-as a 3.5% parameter miss; the ladder ranks by |ln(N / N*)| rounded to 3
-decimals, then by |ln(aspect / 16)|.
+as a 3.5% parameter miss; the ladder's fixed depth ranks by |ln(N / N*)|.
 """
 
 from __future__ import annotations
@@ -60,7 +64,12 @@ class ShapeRule:
     error_decimals: |ln(N / N*)| is rounded to this many decimals in the
       cost; None leaves it unrounded.
     depths: ``"bracket"`` — per width the two depths whose N brackets N*;
-      ``"band"`` — per width every depth inside the aspect band.
+      ``"band"`` — per width every depth inside the aspect band;
+      ``"fixed"`` — ``min_layers`` layers at every width (the aspect band
+      is not applied).
+    min_head_dim: when set, the head count is the largest h with
+      d_model / h an even integer >= this (1 head when none is), and
+      ``head_dims`` is not used.
   """
 
   quantum: int
@@ -75,6 +84,7 @@ class ShapeRule:
   aspect_weight: float
   error_decimals: int | None
   depths: str
+  min_head_dim: int | None = None
 
 
 ASPECT_RATIO_TARGET = 64.0
@@ -97,9 +107,9 @@ PRESETS: dict[str, ShapeRule] = {
         aspect_target=ASPECT_RATIO_TARGET, aspect_weight=ASPECT_RATIO_WEIGHT,
         error_decimals=None, depths="bracket"),
     "ladder": ShapeRule(
-        quantum=8, head_dims=(8,), min_heads=1, wide_head_dim=None, min_width=8, max_width=2048,
-        min_layers=1, aspect_band=(8.0, 32.0), aspect_target=16.0, aspect_weight=0.0,
-        error_decimals=3, depths="band"),
+        quantum=4, head_dims=(), min_heads=1, wide_head_dim=None, min_width=8, max_width=1024,
+        min_layers=2, aspect_band=(0.0, math.inf), aspect_target=64.0, aspect_weight=0.0,
+        error_decimals=None, depths="fixed", min_head_dim=16),
 }
 
 
@@ -151,6 +161,10 @@ def head_dim_for(d_model: int, accelerator: bool | None = None, *,
                  rule: ShapeRule | None = None) -> int:
   """head_dim by the shape rule (``rule``, else the plan preset for ``accelerator``)."""
   rule = rule or rule_for(bool(accelerator))
+  if rule.min_head_dim is not None:
+    heads = [h for h in range(1, d_model // rule.min_head_dim + 1)
+             if d_model % h == 0 and (d_model // h) % 2 == 0]
+    return d_model // max(heads, default=1)
   if rule.wide_head_dim is not None and d_model >= rule.wide_head_dim[0]:
     return rule.wide_head_dim[1]
   for hd in rule.head_dims:
@@ -187,6 +201,8 @@ def shape_for(d_model: int, n_layers: int, *, vocab_size: int, seq_len: int,
 
 def _depths(rule: ShapeRule, d_model: int, depth: float) -> list[int]:
   """The depths tried at one width (``depth``: the fractional depth whose N is N*)."""
+  if rule.depths == "fixed":
+    return [rule.min_layers]
   if rule.depths == "bracket":
     return list({max(rule.min_layers, math.floor(depth)), max(rule.min_layers, math.ceil(depth))})
   lo_aspect, hi_aspect = rule.aspect_band
@@ -246,9 +262,10 @@ def propose_shapes(n_target: float, *, vocab_size: int, seq_len: int,
     zero = budget.param_counts(base)
     per_layer = budget.param_counts(dataclasses.replace(base, n_layers=1)).total - zero.total
     depth = (n_target - zero.total) / per_layer
+    if (d_model > rule.min_width and len(found) >= k
+        and zero.total + rule.min_layers * per_layer > 4.0 * n_target):
+      break  # wider widths only grow further past the target
     if rule.max_width is None and d_model > rule.min_width:
-      if zero.total + rule.min_layers * per_layer > 4.0 * n_target:
-        break
       if d_model / max(depth, rule.min_layers) > 2 * band_hi:
         break  # wider widths only get shallower: far outside the band
     bases[d_model] = base

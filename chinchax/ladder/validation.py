@@ -1,0 +1,94 @@
+"""The ladder's validation run: the fitted law's allocation at a larger budget, held out.
+
+After the grid is fitted, ``ladder.validate`` trains one more run at
+C_val = ``ladder.validate_factor`` × the largest grid budget, with the
+fitted law's N_opt(C_val) (the law ``chinchax plan --law fit.json`` would
+use, :func:`chinchax.laws.law_from_dict`) made a shape by the ladder's
+shape rule and given the ``ladder.hparams`` settings. Its row in
+``results.jsonl`` carries ``"role": "validation"`` and its id starts with
+``V``; the fit never uses it, and ``fit.json`` / ``fit.md`` compare its
+measured final eval loss with the law's prediction
+(:mod:`analysis.validation`). Extrapolating 3× past the grid is the
+out-of-sample test Hoffmann et al. 2022 make with Chinchilla itself (Sec. 3.4).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from chinchax import console
+from chinchax import laws
+import chinchax.ladder.grid as grid
+import chinchax.ladder.lease as lease_lib
+import chinchax.ladder.worker as worker_lib
+
+
+def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid.LadderRun:
+  """The validation run of ``plan`` for the law in ``fit_json``.
+
+  Raises:
+    ValueError: ``fit_json`` holds no law (neither Approach 3 nor an allocation).
+    OSError: it cannot be read.
+  """
+  lc = plan.config.ladder
+  law = laws.law_from_dict(json.loads(pathlib.Path(fit_json).read_text()), name="fit")
+  C = lc.validate_factor * lc.c_max
+  n_opt = float(law.optimal_allocation(C)[0])
+  return grid.make_run(lc, plan.config.train_config.train, C, n_opt, plan.vocab,
+                       role="validation", prefix="V")
+
+
+def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
+                   owner: str | None = None) -> dict | None:
+  """Trains (or finds) the validation run; returns its row, or None when it cannot run.
+
+  A finished row of the same run in the table is returned as is (a rerun of
+  the ladder trains it once). The run holds a lease like any grid run, so two
+  processes never train it at once; one that finds it leased returns None.
+  A run the law places outside what the ladder can train (fewer than
+  ``ladder.min_steps`` steps, more tokens than the corpus) is skipped with a
+  warning.
+
+  Raises:
+    Preempted, KeyboardInterrupt: as for a grid run (its lease is released).
+  """
+  try:
+    run = plan_validation(plan, fit_json)
+  except (OSError, ValueError) as e:
+    console.warn(f"no validation run: cannot read a law from {fit_json} ({e})")
+    return None
+  table = plan.table
+  table.refresh()
+  row = table.row(run.run_id)
+  if row is not None and row.get("status") == "done":
+    return row
+  if run.hparams.short:
+    console.warn(f"no validation run: {run.run_id} would take only {run.hparams.steps} steps "
+                 f"(ladder.min_steps={plan.config.ladder.min_steps})")
+    return None
+  try:
+    worker_lib.check_corpus(plan, [run])
+  except Exception as e:  # the grid's data is there; only this run's size is in question
+    console.warn(f"no validation run: {e}")
+    return None
+  leases = plan.leases(owner or lease_lib.worker_id())
+  held = leases.try_claim(run.run_id)
+  if held is None:
+    console.warn(f"the validation run {run.run_id} is being trained by another worker")
+    return None
+  held.attempt = (row or {}).get("attempts", 0) + 1
+  held.beat()
+  console.say(f"ladder  validation run {run.run_id}: d_model={run.shape.d_model} "
+              f"n_layers={run.shape.n_layers} N={run.counts.total:,} D={run.D:,.0f} "
+              f"(C = {plan.config.ladder.validate_factor:g} × the largest budget)")
+  row = worker_lib.run_under_lease(plan, run, held, plan.config.ladder.heartbeat_s)
+  if row is None:
+    return None
+  table.upsert(row)
+  held.release()
+  if row["status"] != "done":
+    console.warn(f"the validation run {run.run_id} failed: {row['error']}")
+    return None
+  table.merge()
+  return row

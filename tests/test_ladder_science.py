@@ -1,0 +1,116 @@
+"""The ladder's shape rule and its held-out validation run.
+
+Independent truths: hand-checked shape properties along the width grid, the
+fit of a table with and without its validation row, and the prediction of a
+validation row recomputed from fit.json's own law.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis import io as io_lib
+from analysis import pipeline
+from analysis import synthetic
+from chinchax import budget
+from chinchax import config as config_lib
+from chinchax import laws
+from chinchax import ladder
+from chinchax.planning import shapes
+
+RULE = shapes.PRESETS["ladder"]
+FEW_STARTS = "alpha=0.2:0.5:2,beta=0.2:0.5:2,logE=-1:1:2,logA=0:10:2,logB=0:10:2"  # 32 starts
+
+
+def _ladder_shape(d_model):
+  return shapes.shape_for(d_model, RULE.min_layers, vocab_size=257, seq_len=64, rule=RULE)
+
+
+def test_ladder_shape_rule_is_smooth_and_monotone_in_N():
+  widths = list(range(RULE.min_width, 400, RULE.quantum))
+  Ns = [budget.param_counts(_ladder_shape(d)).total for d in widths]
+  assert all(b > a for a, b in zip(Ns, Ns[1:]))                   # strictly increasing
+  ratios = np.array(Ns[1:]) / np.array(Ns[:-1])
+  assert ratios.max() < 1.9 and np.all(np.diff(ratios) < 0.1)     # steps shrink, never jump
+  for d in widths:
+    s = _ladder_shape(d)
+    assert s.n_layers == 2 and s.n_heads * s.head_dim == d and s.head_dim % 2 == 0
+    assert s.head_dim >= 16 or (d < 32 and s.n_heads == 1)
+    assert abs(s.d_ff - 8 * d / 3) <= RULE.quantum / 2
+
+
+def test_default_grid_depth_is_fixed_and_sizes_grow_within_each_budget():
+  c = config_lib.get_ladder_variant("default")
+  runs = ladder.plan_runs(c.ladder, c.train_config.train, 257)
+  assert {r.shape.n_layers for r in runs} == {2}
+  assert np.log10(c.ladder.c_max / c.ladder.c_min) >= 1.5
+  for C in {r.C_budget for r in runs}:
+    Ns = [r.counts.total for r in runs if r.C_budget == C]
+    assert len(Ns) == c.ladder.sizes_per_budget and Ns == sorted(set(Ns))
+    n_opt = (C / (6 * c.ladder.tokens_per_param)) ** 0.5
+    assert min(Ns) < n_opt < max(Ns)                              # the grid brackets its centre
+
+
+def _table(tmp_path, rows):
+  path = tmp_path / "results.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  return path
+
+
+def _grid_rows():
+  law = laws.get_law("chinchilla-approach3-unrounded")
+  runs = synthetic.synthetic_runs(law, [1e18, 3e18, 1e19, 3e19], n_sizes=5, span=4.0,
+                                  noise=0.002, seed=1)
+  return [{"run_id": f"r{i}", "status": "done", "C_budget": float(runs.budget[i]),
+           "N": float(runs.N[i]), "D": float(runs.D[i]), "final_eval_loss": float(runs.loss[i])}
+          for i in range(len(runs))]
+
+
+def test_validation_row_is_held_out_of_the_fit_and_compared_with_its_law(tmp_path):
+  rows = _grid_rows()
+  (tmp_path / "a").mkdir()
+  plain = pipeline.fit_results(_table(tmp_path / "a", rows), tmp_path / "fa", n_bootstrap=0,
+                               n_jobs=1, figures=False, grid=FEW_STARTS)
+  val = {"run_id": "VC1e20_N1", "role": "validation", "status": "done", "C_budget": 1e20,
+         "N": 4.0e9, "D": 1e20 / (6 * 4.0e9), "final_eval_loss": 2.5}
+  (tmp_path / "b").mkdir()
+  table = _table(tmp_path / "b", rows + [val])
+  assert len(io_lib.load_results(str(table))) == len(rows)       # never fitted
+  with_val = pipeline.fit_results(table, tmp_path / "fb", n_bootstrap=0, n_jobs=1,
+                                  figures=False, grid=FEW_STARTS)
+  for k in plain.results:                                        # the same fit, bit for bit
+    assert with_val.results[k].params() == plain.results[k].params()
+  data = json.loads((tmp_path / "fb" / "fit.json").read_text())
+  v = data["validation"]
+  predicted = data["E"] + data["A"] / val["N"] ** data["alpha"] + data["B"] / val["D"] ** data["beta"]
+  assert v["predicted_loss"] == pytest.approx(predicted, rel=1e-12)
+  assert v["rel_error"] == pytest.approx((2.5 - predicted) / predicted, rel=1e-12)
+  assert (v["C"], v["N"], v["measured_loss"], v["law"]) == (1e20, 4.0e9, 2.5, "approach3")
+  assert "Validation run" in (tmp_path / "fb" / "fit.md").read_text()
+  # Adding the row to an existing fit (the ladder's path) writes the same block.
+  added = pipeline.add_validation(table, tmp_path / "fa")
+  assert added == pytest.approx(v)
+  assert json.loads((tmp_path / "fa" / "fit.json").read_text())["validation"] == added
+
+
+def test_validation_run_uses_the_fitted_laws_N_opt(tmp_path):
+  c = config_lib.get_ladder_variant("tiny")
+  c.workdir = str(tmp_path / "lad")
+  plan = ladder.prepare(c, check_data=False)
+  law = {"E": 1.0, "A": 50.0, "B": 500.0, "alpha": 0.4, "beta": 0.35, "law_from": "approach3"}
+  (tmp_path / "fit.json").write_text(json.dumps(law))
+  run = ladder.plan_validation(plan, tmp_path / "fit.json")
+  C = c.ladder.validate_factor * c.ladder.c_max
+  n_opt = laws.law_from_dict(law).optimal_allocation(C)[0]
+  assert run.role == "validation" and run.run_id.startswith("V") and run.C_budget == C
+  # the nearest shape of the ladder's rule to the law's N_opt
+  best = shapes.propose_shapes(n_opt, vocab_size=257, seq_len=32, rule=RULE, k=1)[0]
+  assert run.counts.total == best.N
+
+
+def test_validate_factor_must_reach_beyond_the_grid():
+  c = config_lib.get_ladder_variant("tiny")
+  c.ladder.validate_factor = 1.0
+  with pytest.raises(config_lib.ConfigError, match="validate_factor=1.0"):
+    ladder.validate_ladder(c.ladder)
