@@ -180,6 +180,8 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.spread = 2.5                  # sizes run from N_opt/spread to N_opt·spread
   l.tokens_per_param = 200.0      # D/N at the grid's centre; byte-level models of 3k–50k params, 2k-token batches, optimise near 100–300 (20 is Chinchilla's at scale)
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
+  l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
+  l.cooldown_fraction = 0.2       # wsd: each run decays over its last fraction of steps, in (0, 0.9] (Hägele et al. 2024, Sec. 3: 10-20% match cosine)
   l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
   l.bootstrap = 200               # bootstrap resamples for the fit's confidence intervals
   l.progress = True               # ladder progress bar with ETA
