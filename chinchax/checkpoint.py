@@ -8,10 +8,16 @@ tokenizer's sha256 and the corpus fingerprint). A restart whose model, data or
 any of :data:`RESUME_KEYS` differs is refused before anything is overwritten;
 so is a workdir holding checkpoints but no ``config.json`` (what they were
 trained with cannot be checked, and cannot be rebuilt from the arrays alone).
+
+A fresh run may start from another run's checkpoint (``train.init_from``,
+:func:`check_init_source` then :func:`restore_init_source`): the full state,
+step counter included, verified by the same per-array checksums; a trunk keeps
+its branch checkpoints with ``train.save_steps`` (``Checkpointer(save_steps=)``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -36,6 +42,7 @@ RESUME_KEYS = (
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
+    "train.schedule", "train.decay_fraction", "train.decay_shape", "train.decay_start_step",
     "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
     "budget.n_kind",
     "data.source", "data.paths", "data.text_field", "data.txt_documents", "data.tokenizer",
@@ -69,13 +76,27 @@ class Checkpointer:
   ``<directory>.sums.json``; a restore verifies it, and that the state is
   finite, and falls back to the newest intact checkpoint. An unusable
   checkpoint is moved to ``<directory>-unusable/`` with a warning, never deleted.
+
+  ``save_steps`` (``train.save_steps``) are saved besides every ``every``-th
+  step and never deleted: orbax's ``save_on_steps`` plus a preservation policy
+  keeping the latest ``keep`` and those steps (a trunk's branch points).
   """
 
-  def __init__(self, directory: pathlib.Path, every: int, keep: int):
+  def __init__(self, directory: pathlib.Path, every: int, keep: int,
+               save_steps: tuple[int, ...] = ()):
     self.directory = pathlib.Path(directory)
     self.sums_path = self.directory.with_name(self.directory.name + ".sums.json")
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every,
-                                           enable_async_checkpointing=True, create=True)
+    self.save_steps = frozenset(save_steps)
+    if self.save_steps:
+      policy = ocp.checkpoint_managers.AnyPreservationPolicy([
+          ocp.checkpoint_managers.LatestN(n=keep),
+          ocp.checkpoint_managers.CustomSteps(sorted(self.save_steps))])
+      options = ocp.CheckpointManagerOptions(
+          save_interval_steps=every, save_on_steps=self.save_steps, preservation_policy=policy,
+          enable_async_checkpointing=True, create=True)
+    else:
+      options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every,
+                                             enable_async_checkpointing=True, create=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> int | None:
@@ -165,15 +186,7 @@ class Checkpointer:
 
   def _verify(self, step: int, state) -> None:
     """Raises _Unusable when ``state`` differs from its recorded checksums or is not finite."""
-    saved = self._saved_sums().get(str(step))
-    if saved is not None:
-      now = state_sums(state)
-      if len(now) != len(saved) or now != saved:
-        paths = [_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
-        bad = [p for p, a, b in zip(paths, now, saved) if a != b] or ["its array set"]
-        raise _Unusable(f"altered: the checksum of {bad[0]} differs from the one saved")
-    if not all_finite(state):
-      raise _Unusable("holds NaN/Inf values")
+    _verify_sums(self._saved_sums().get(str(step)), state)
 
   def _set_aside(self, unusable: list, good_step: int) -> None:
     """Moves unusable checkpoints to ``<directory>-unusable/<step>`` (process 0), warns, reloads."""
@@ -215,6 +228,18 @@ class Checkpointer:
         self.manager.close()
       except Exception:  # noqa: BLE001 — already reported above
         pass
+
+
+def _verify_sums(saved: list[int] | None, state) -> None:
+  """Raises _Unusable when ``state`` differs from the checksums ``saved`` (if any) or is not finite."""
+  if saved is not None:
+    now = state_sums(state)
+    if len(now) != len(saved) or now != saved:
+      paths = [_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+      bad = [p for p, a, b in zip(paths, now, saved) if a != b] or ["its array set"]
+      raise _Unusable(f"altered: the checksum of {bad[0]} differs from the one saved")
+  if not all_finite(state):
+    raise _Unusable("holds NaN/Inf values")
 
 
 def _first_line(e: Exception) -> str:
@@ -427,9 +452,20 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
     check_data_signature(workdir, "tokenizer_sha256", tokenizer_sha256, payload)
 
 
-def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict | None = None) -> None:
+def saved_init(workdir: pathlib.Path) -> dict | None:
+  """The ``init`` record of a workdir's config.json ({"from", "step"}: the checkpoint the run
+  started from, ``train.init_from``), or None."""
+  try:
+    return json.loads((pathlib.Path(workdir) / "config.json").read_text()).get("init")
+  except (OSError, ValueError):
+    return None
+
+
+def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict | None = None,
+                     init: dict | None = None) -> None:
   """Writes ``config.json``: the full config, the resolved model signature, the data
-  signature (keys of :data:`DATA_SIGNATURE`) and the budget."""
+  signature (keys of :data:`DATA_SIGNATURE`), the budget and, for a run started from
+  another run's checkpoint, ``init`` = {"from": its checkpoints directory, "step": s}."""
   payload = {
       "config": json.loads(config.to_json_best_effort()),
       "model_signature": _model_signature(config, spec.model.vocab_size),
@@ -437,6 +473,155 @@ def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict |
       "budget": {"N": spec.n_params, "n_kind": spec.n_kind, "D": spec.tokens,
                  "steps": spec.steps, "C_6nd": spec.flops_6nd},
   }
+  if init:
+    payload["init"] = dict(init)
   tmp = pathlib.Path(workdir) / "config.json.tmp"
   tmp.write_text(json.dumps(payload, indent=2))
   tmp.replace(pathlib.Path(workdir) / "config.json")
+
+
+# Settings a run started from another run's checkpoint (``train.init_from``) must share with it,
+# besides the model signature and the tokenizer's hash: what one step reads. (Schedule, budget,
+# optimizer hyper-parameters and the corpus may differ: a cooldown has its own.)
+INIT_KEYS = ("train.seq_len", "train.global_batch_size", "data.tokenizer")
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSource:
+  """A checked ``train.init_from`` checkpoint.
+
+  Attributes:
+    directory: the source run's checkpoints directory.
+    step: the step of the checkpoint the run starts from.
+    tokenizer_sha256: the source run's tokenizer hash (None if it recorded none).
+  """
+
+  directory: pathlib.Path
+  step: int
+  tokenizer_sha256: str | None
+
+  def check_tokenizer(self, tokenizer_sha256: str) -> None:
+    """Refuses a run whose tokenizer (content hash) differs from the source's.
+
+    Raises:
+      CheckpointError: naming both hashes.
+    """
+    if self.tokenizer_sha256 is not None and tokenizer_sha256 != self.tokenizer_sha256:
+      raise CheckpointError(
+          f"train.init_from={str(self.directory.parent)!r} was trained with another tokenizer "
+          f"(sha256 {self.tokenizer_sha256[:16]}, this run's {tokenizer_sha256[:16]}): its "
+          f"token ids mean other things here; use the source run's data.tokenizer settings")
+
+
+def init_source_dirs(path) -> tuple[pathlib.Path, pathlib.Path]:
+  """(workdir, checkpoints directory) of a ``train.init_from`` path: a run's workdir, or the
+  ``checkpoints`` directory inside it."""
+  p = pathlib.Path(os.path.expanduser(str(path).strip())).resolve()
+  if (p / "checkpoints").is_dir() or not p.is_dir() or (p / "config.json").exists():
+    return p, p / "checkpoints"
+  return p.parent, p
+
+
+def has_checkpoints(workdir: pathlib.Path) -> bool:
+  """True when ``workdir/checkpoints`` holds a complete checkpoint (a run that resumes)."""
+  return bool(_saved_steps(workdir))
+
+
+def check_init_source(config, workdir: pathlib.Path, steps: int, vocab_size: int,
+                      tokenizer_sha256: str | None, abstract_state) -> InitSource:
+  """Checks ``train.init_from`` / ``train.init_step`` against this run, before any data is read.
+
+  Args:
+    config: this run's config.
+    workdir: this run's workdir (resolved); it must differ from the source's.
+    steps: this run's total steps; the source step must come before the last.
+    vocab_size: this run's resolved vocab size.
+    tokenizer_sha256: this run's tokenizer hash (None: a BPE still to train;
+      then :meth:`InitSource.check_tokenizer` runs once the store is built).
+    abstract_state: this run's abstract train state (array paths, shapes, dtypes).
+  Returns:
+    the source checkpoint (directory and step).
+  Raises:
+    CheckpointError: the source has no config.json or no checkpoint; the
+      step (``train.init_step``, 0 = latest) is not saved there (the saved
+      steps are named); the step is not before this run's last; the model
+      signature (shape, vocab, tied head, layer layout), seq_len, batch,
+      tokenizer or the arrays (optimizer state included) differ.
+  """
+  t = config.train
+  src_workdir, directory = init_source_dirs(t.init_from)
+  where = f"train.init_from={t.init_from!r}"
+  if src_workdir == pathlib.Path(workdir).resolve():
+    raise CheckpointError(f"{where} is this run's own workdir; give another run's workdir (a "
+                          f"run resumes from its own checkpoints without init_from)")
+  saved = _saved_steps(directory.parent, directory.name)
+  if not saved:
+    raise CheckpointError(f"{where}: {directory} holds no complete checkpoint; give the workdir "
+                          f"of a run that saved one")
+  step = t.init_step or saved[-1]
+  if step not in saved:
+    raise CheckpointError(
+        f"{where} has no checkpoint at train.init_step={step}; its saved steps are "
+        f"{', '.join(map(str, saved))} (a trunk keeps its branch steps with train.save_steps)")
+  if step >= steps:
+    raise CheckpointError(
+        f"{where} at step {step} is not before this run's last step {steps}: nothing would be "
+        f"trained; choose an earlier train.init_step or a larger budget")
+  try:
+    payload = json.loads((src_workdir / "config.json").read_text())
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f"{where}: {src_workdir / 'config.json'} cannot be read ({e}), so the "
+                          f"settings its checkpoints were trained with cannot be checked") from None
+  theirs = payload.get("model_signature", {})
+  ours = _model_signature(config, vocab_size)
+  for k in MODEL_KEYS:
+    if k in theirs and theirs[k] != ours[k]:
+      raise CheckpointError(f"{where} is a model with model.{k}={theirs[k]!r}, but this run has "
+                            f"model.{k}={ours[k]!r}; use the source's model settings")
+  src_cfg = payload.get("config", {})
+  for key in INIT_KEYS:
+    old_v, new_v = src_cfg, config
+    for part in key.split("."):
+      old_v, new_v = (old_v or {}).get(part), new_v[part]
+    if old_v != new_v:
+      raise CheckpointError(f"{where} was trained with {key}={old_v!r}, but this run has "
+                            f"{key}={new_v!r}; a run continued from it must keep it")
+  src = InitSource(directory, step, payload.get("data_signature", {}).get("tokenizer_sha256"))
+  if tokenizer_sha256 is not None:
+    src.check_tokenizer(tokenizer_sha256)
+  try:
+    check_shapes(directory, step, abstract_state)
+  except _Unusable as e:
+    raise CheckpointError(f"{where}: the checkpoint at step {step} is {e}") from None
+  return src
+
+
+def restore_init_source(src: InitSource, abstract_state, shardings):
+  """The full train state (params, optimizer state, step) of ``src`` onto ``shardings``.
+
+  The source directory is opened read-only; the state is verified against the
+  per-array checksums the source recorded (``Checkpointer``) and for finiteness.
+
+  Raises:
+    CheckpointError: the checkpoint is unreadable, altered or not finite
+      (nothing in the source directory is moved or written).
+  """
+  target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        abstract_state, shardings)
+  where = f"the checkpoint at step {src.step} in {src.directory}"
+  try:
+    # The item's own handler reads it: nothing is opened for writing in the source directory.
+    state = ocp.StandardCheckpointHandler().restore(
+        src.directory / str(src.step) / "default", args=ocp.args.StandardRestore(target))
+  except Exception as e:  # noqa: BLE001 — orbax / tensorstore: any read failure
+    raise CheckpointError(f"{where} is unreadable: {_first_line(e)}") from None
+  sums_path = src.directory.with_name(src.directory.name + ".sums.json")
+  try:
+    sums = json.loads(sums_path.read_text()).get(str(src.step))
+  except (OSError, ValueError):
+    sums = None
+  try:
+    _verify_sums(sums, state)
+  except _Unusable as e:
+    raise CheckpointError(f"{where} is {e}; it cannot start this run") from None
+  return state

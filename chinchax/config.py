@@ -27,6 +27,9 @@ TOKENIZERS = ("bytes", "bpe", "hf")
 DECODE_ERRORS = ("replace", "skip")
 MESH_AXES = ("data", "fsdp", "tensor")
 DISTRIBUTED_MODES = ("auto", "off", "explicit", "slurm", "tpu")
+LR_SCHEDULES = ("cosine", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
+MAX_DECAY_FRACTION = 0.9  # a wsd decay starts no earlier than the 10% warmup cap (budget.max_warmup_steps)
 CPU_COLLECTIVES = ("gloo", "mpi", "none")
 
 
@@ -62,7 +65,14 @@ def base_config() -> ml_collections.ConfigDict:
   t.seq_len = 128                 # tokens per sequence (each window is seq_len + 1 tokens)
   t.peak_lr = 3e-3                # AdamW peak learning rate
   t.warmup_steps = 100            # linear warmup steps (capped at 10% of the run)
-  t.min_lr_ratio = 0.1            # cosine decays to this fraction of peak (Chinchilla, Sec. 3)
+  t.min_lr_ratio = 0.1            # cosine (or wsd) decays to this fraction of peak (Chinchilla, Sec. 3)
+  t.schedule = "cosine"           # cosine (one cycle over the run, Chinchilla) | wsd: warmup, constant peak_lr, final decay (Hägele et al. 2024)
+  t.decay_fraction = 0.2          # wsd: the decay spans the last fraction of the steps, in (0, 0.9] (10-20% matches cosine: Hägele et al. 2024, Sec. 3)
+  t.decay_shape = "1-sqrt"        # wsd: linear | 1-sqrt decay to min_lr_ratio·peak_lr (1-sqrt beats linear: Hägele et al. 2024, Sec. 3)
+  t.decay_start_step = 0          # wsd: step where the decay begins (0 = round(steps·(1 - decay_fraction))); at or past the last step: no decay (a trunk)
+  t.save_steps = ""               # comma-separated steps whose checkpoints are saved and never deleted (a trunk's branch points)
+  t.init_from = ""                # another run's workdir (or its checkpoints dir): start from its checkpoint (params, optimizer, step); ignored once this workdir has checkpoints
+  t.init_step = 0                 # the step of init_from's checkpoint (0 = its latest)
   t.b1 = 0.9                      # AdamW beta1
   t.b2 = 0.95                     # AdamW beta2
   t.eps = 1e-8                    # AdamW epsilon
@@ -171,6 +181,8 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.tokens_per_param = 75.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 50–100 (20 is Chinchilla's at scale)
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
+  l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
+  l.cooldown_fraction = 0.2       # wsd: each run decays over its last fraction of steps, in (0, 0.9] (Hägele et al. 2024, Sec. 3: 10-20% match cosine)
   l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
   l.validate = True               # after the fit, train a held-out run at validate_factor × c_max with the fitted law's N_opt; predicted vs measured loss in fit.json / fit.md
   l.validate_factor = 3.0         # the validation run's budget as a multiple of c_max (> 1: beyond the grid)
@@ -327,6 +339,24 @@ def _check_positive(value, name, *, allow_zero=False, integer=False):
     raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+def parse_save_steps(text) -> tuple[int, ...]:
+  """``train.save_steps`` ("100,250" or "") as sorted distinct positive step numbers.
+
+  Raises:
+    ConfigError: an entry that is not a positive integer.
+  """
+  steps = set()
+  for part in str(text).split(","):
+    part = part.strip()
+    if not part:
+      continue
+    if not part.isdigit() or int(part) < 1:
+      raise ConfigError(f"train.save_steps={text!r}: {part!r} is not a positive step number; "
+                        f"give comma-separated steps >= 1, e.g. '400,800', or ''")
+    steps.add(int(part))
+  return tuple(sorted(steps))
+
+
 def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
   """Fills in the one -1 axis of the mesh so the product equals ``n_devices``.
 
@@ -459,6 +489,21 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   _check_positive(t.eval_points, "train.eval_points", allow_zero=True, integer=True)
   for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
     _check_positive(t[k], f"train.{k}", integer=True)
+  _check_choice(t.schedule, LR_SCHEDULES, "train.schedule")
+  _check_choice(t.decay_shape, DECAY_SHAPES, "train.decay_shape")
+  f = t.decay_fraction
+  if (not isinstance(f, (int, float)) or isinstance(f, bool) or not math.isfinite(f)
+      or not 0.0 < f <= MAX_DECAY_FRACTION):
+    raise ConfigError(f"train.decay_fraction={f!r} must lie in (0, {MAX_DECAY_FRACTION}] (the "
+                      f"share of the steps in the final wsd decay; 0.1-0.2 match cosine)")
+  _check_positive(t.decay_start_step, "train.decay_start_step", allow_zero=True, integer=True)
+  parse_save_steps(t.save_steps)
+  if not isinstance(t.init_from, str):
+    raise ConfigError(f"train.init_from={t.init_from!r} must be a path (a run's workdir) or ''")
+  _check_positive(t.init_step, "train.init_step", allow_zero=True, integer=True)
+  if t.init_step and not t.init_from.strip():
+    raise ConfigError(f"train.init_step={t.init_step} needs train.init_from, the workdir of the "
+                      f"run whose checkpoint to start from")
 
   _check_choice(b.mode, BUDGET_MODES, "budget.mode")
   _check_choice(b.n_kind, N_KINDS, "budget.n_kind")

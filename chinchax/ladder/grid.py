@@ -122,6 +122,13 @@ def validate_ladder(lc) -> None:
   if not isinstance(lc.sizes_per_budget, int) or lc.sizes_per_budget < 3:
     raise E(f"ladder.sizes_per_budget={lc.sizes_per_budget!r} must be an integer >= 3 "
             f"(a parabola needs three points)")
+  if lc.schedule not in config_lib.LR_SCHEDULES:
+    raise E(f"ladder.schedule={lc.schedule!r} is not one of "
+            f"{', '.join(map(repr, config_lib.LR_SCHEDULES))}")
+  f = lc.cooldown_fraction
+  if not isinstance(f, (int, float)) or not 0.0 < f <= config_lib.MAX_DECAY_FRACTION:
+    raise E(f"ladder.cooldown_fraction={lc.cooldown_fraction!r} must lie in "
+            f"(0, {config_lib.MAX_DECAY_FRACTION}]")
   if lc.min_steps < 1:
     raise E(f"ladder.min_steps={lc.min_steps!r} must be >= 1")
   hparams_lib.check_rule(lc.hparams)

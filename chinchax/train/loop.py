@@ -18,6 +18,7 @@ import numpy as np
 
 from chinchax import budget
 from chinchax import checkpoint as checkpoint_lib
+from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
 from chinchax import errors
@@ -194,12 +195,22 @@ def _evaluate(program: step_lib.TrainProgram, params, evals) -> float:
   return float(np.mean(jax.device_get(losses)))
 
 
-def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainProgram):
-  """(state, resumed): the latest checkpoint onto the mesh, else a fresh sharded state."""
+def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainProgram,
+                     init_src: checkpoint_lib.InitSource | None, workdir: pathlib.Path):
+  """(state, resumed, init): the latest checkpoint of this run onto the mesh; else the
+  ``train.init_from`` checkpoint's full state; else a fresh sharded state.
+
+  ``init`` is {"from": checkpoints directory, "step": s} when the run started from
+  another run's checkpoint (read back from config.json on a resume), else None.
+  """
   state = ckpt.restore_latest(program.abstract_state, program.shardings)
   if state is not None:
-    return state, True
-  return program.init_state(), False
+    return state, True, checkpoint_lib.saved_init(workdir)
+  if init_src is not None:
+    state = checkpoint_lib.restore_init_source(init_src, program.abstract_state,
+                                               program.shardings)
+    return state, False, {"from": str(init_src.directory), "step": init_src.step}
+  return program.init_state(), False, None
 
 
 def _run_steps(config, program, data: RunData, state, start_step: int,
@@ -229,10 +240,10 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
         log.eval_loss = _evaluate(program, state["params"], data.evals)
         extra["eval_loss"] = log.eval_loss
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
-      if is_last or done % t.checkpoint_every == 0:
+      if is_last or done % t.checkpoint_every == 0 or done in ckpt.save_steps:
         _save(config, log, ckpt, done, state, force=is_last)
       log.restart_window()
-    elif done % t.checkpoint_every == 0:
+    elif done % t.checkpoint_every == 0 or done in ckpt.save_steps:
       _save(config, log, ckpt, done, state)
     if not is_last and distributed_lib.reached_preemption(done):
       log.flush()
@@ -306,7 +317,8 @@ def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
 
 
 def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final_step: int,
-             unigram: float, peak_src: str, resumed: bool, wall_s: float) -> dict:
+             unigram: float, peak_src: str, resumed: bool, wall_s: float,
+             init: dict | None = None) -> dict:
   """The run's summary (also written to ``summary.json``): tokens, N, C, losses, speed."""
   train_loss, eval_loss = log.last_train_loss, log.eval_loss
   timed = log.timed_steps > 0
@@ -331,6 +343,7 @@ def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final
       "mfu": log.flops_per_step / step_time / log.peak_total if timed else float("nan"),
       "peak_flops": log.peak_total, "peak_flops_source": peak_src,
       "compile_s": log.compile_s, "wall_s": wall_s, "resumed": resumed,
+      "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
   }
 
@@ -378,7 +391,10 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
     PathError: the workdir or store root cannot be written, or a corpus file
       read (before the token store is built).
-    CheckpointError: the workdir's checkpoint does not match the config's model.
+    CheckpointError: the workdir's checkpoint does not match the config's model; or
+      ``train.init_from`` (used only while the workdir has no checkpoint) names a
+      missing step or a run of another model shape, vocab, tokenizer, seq_len or
+      batch (before any data is read; see ``checkpoint.check_init_source``).
     Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
       boundary after a checkpoint was saved (see ``chinchax.distributed``).
@@ -400,6 +416,11 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
                                   tokenizer_sha256=tokenizer_sha256,
                                   abstract_state=program.abstract_state)
+  init_src = None
+  if config.train.init_from.strip() and not checkpoint_lib.has_checkpoints(workdir):
+    init_src = checkpoint_lib.check_init_source(
+        config, workdir, spec.steps, vocab_size=spec.model.vocab_size,
+        tokenizer_sha256=tokenizer_sha256, abstract_state=program.abstract_state)
   say(spec_lib.describe(spec, config, len(devices)))
 
   rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
@@ -408,20 +429,28 @@ def train(config, devices=None, verbose: bool = True) -> dict:
       workdir, "store_fingerprint", fp))
   say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
       f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs")
+  if init_src is not None:
+    init_src.check_tokenizer(data.train_split.manifest["tokenizer"]["sha256"])
   unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
 
   workdir.mkdir(parents=True, exist_ok=True)
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
-                                     config.train.keep_checkpoints)
-  state, resumed = _restore_or_init(ckpt, program)
+                                     config.train.keep_checkpoints,
+                                     config_lib.parse_save_steps(config.train.save_steps))
+  state, resumed, init = _restore_or_init(ckpt, program, init_src, workdir)
   start_step = int(jax.device_get(state["step"]))
   if primary:
     manifest = data.train_split.manifest
     checkpoint_lib.write_run_config(workdir, config, spec, {
         "tokenizer_sha256": manifest["tokenizer"]["sha256"],
-        "store_fingerprint": manifest["fingerprint"]})
+        "store_fingerprint": manifest["fingerprint"]}, init=init)
   if resumed:
-    say(f"resumed from checkpoint at step {start_step} in {workdir}")
+    say(f"resumed from checkpoint at step {start_step} in {workdir}"
+        + (" (train.init_from is ignored: the run goes on from its own checkpoints)"
+           if config.train.init_from.strip() else ""))
+  elif init:
+    say(f"started from the checkpoint at step {init['step']} in {init['from']} "
+        f"(train.init_from)")
 
   peak_total, peak_src = mfu.peak_flops(config, len(devices))
   bar = console.progress(total=spec.steps, initial=start_step, unit="step",
@@ -434,7 +463,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     log.eval_loss = _evaluate(program, state["params"], data.evals)
   summary = _summary(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
                      unigram=unigram, peak_src=peak_src, resumed=resumed,
-                     wall_s=time.time() - t_start)
+                     wall_s=time.time() - t_start, init=init)
   summary = _keep_measured_speed(summary, workdir / "summary.json")
   if primary:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))

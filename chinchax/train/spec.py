@@ -29,6 +29,8 @@ class RunSpec:
     flops_6nd: C = 6·N·tokens (FLOPs).
     warmup_steps: linear warmup steps (≤ 10% of steps).
     mesh: resolved {"data", "fsdp", "tensor"} sizes.
+    decay_start_step: for ``train.schedule="wsd"``, the step where the final decay
+      begins (see :func:`wsd_decay_start`; ``>= steps - 1`` means no decay); 0 for cosine.
   """
 
   model: model_lib.ModelConfig
@@ -43,6 +45,7 @@ class RunSpec:
   flops_6nd: float
   warmup_steps: int
   mesh: dict
+  decay_start_step: int = 0
 
   @property
   def tokens_per_step(self) -> int:
@@ -56,12 +59,26 @@ class RunSpec:
     return self.model.shape(self.seq_len)
 
 
+def wsd_decay_start(steps: int, decay_fraction: float, decay_start_step: int = 0) -> int:
+  """The step where a warmup-stable-decay schedule's decay begins.
+
+  ``decay_start_step`` when given (> 0), else round(steps · (1 - decay_fraction)):
+  the decay spans the last ``decay_fraction`` of the run (Hägele et al. 2024,
+  "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations",
+  Sec. 3). The start depends only on the step count, so a long constant-LR run
+  (a trunk) and a shorter run branching off it agree up to the branch step.
+  """
+  if decay_start_step:
+    return int(decay_start_step)
+  return int(round(steps * (1.0 - decay_fraction)))
+
+
 def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   """Validates ``config`` and settles model, budget and mesh (cheap: no data, no devices used).
 
   Raises:
     ConfigError: any invalid value (see ``chinchax.config.validate``), or a
-      budget smaller than one step.
+      budget smaller than one step, or a wsd decay that would start inside the warmup.
     TokenizerError: (a DataError) data.tokenizer_path is missing or not a tokenizer.json.
   """
   config_lib.validate(config, n_devices)
@@ -103,10 +120,18 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
         f"the budget gives D={target:.4g} tokens, less than one step of global_batch_size×seq_len"
         f" = {per_step} tokens; raise the budget or shrink the batch")
   warmup = min(t.warmup_steps, budget.max_warmup_steps(steps))
+  decay_start = 0
+  if t.schedule == "wsd":
+    decay_start = wsd_decay_start(steps, t.decay_fraction, t.decay_start_step)
+    if decay_start < warmup:
+      raise config_lib.ConfigError(
+          f"train.decay_start_step={t.decay_start_step} is inside the {warmup}-step warmup; "
+          f"use 0 (the last train.decay_fraction of the steps) or a step >= {warmup}")
   return RunSpec(model=mcfg, seq_len=t.seq_len, global_batch_size=t.global_batch_size,
                  counts=counts, n_kind=b.n_kind, n_params=n, target_tokens=target, steps=steps,
                  tokens=steps * per_step, flops_6nd=budget.flops_6nd(n, steps * per_step),
-                 warmup_steps=warmup, mesh=config_lib.resolve_mesh_shape(config.mesh, n_devices))
+                 warmup_steps=warmup, mesh=config_lib.resolve_mesh_shape(config.mesh, n_devices),
+                 decay_start_step=decay_start)
 
 
 def describe(spec: RunSpec, config, n_devices: int) -> str:
