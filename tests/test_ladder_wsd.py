@@ -1,9 +1,12 @@
 """The ladder's wsd plan: runs grouped by shape, trunk and branch steps by hand counts."""
 
+import json
+
 import pytest
 
 from chinchax import budget
 from chinchax import config as config_lib
+from chinchax import hparams as hparams_lib
 from chinchax import train as train_lib
 import chinchax.ladder.grid as grid
 import chinchax.ladder.wsd as wsd
@@ -15,8 +18,10 @@ B = budget.ModelShape(d_model=48, n_layers=2, n_heads=2, d_ff=96, vocab_size=257
 def _run(shape, steps, per_step=1):
   """A run whose D is exactly ``steps`` steps of ``per_step`` tokens (C = 6·N·D)."""
   n = budget.param_counts(shape).total
-  return grid.LadderRun(run_id=f"{shape.d_model}_{steps}", C_budget=6.0 * n * steps * per_step,
-                        N_target=float(n), shape=shape)
+  C = 6.0 * n * steps * per_step
+  hp = hparams_lib.fixed(n, C, shape.seq_len, hparams_lib.Base(3e-3, 1, 0.95, 50))
+  return grid.LadderRun(run_id=f"{shape.d_model}_{steps}", C_budget=C, N_target=float(n),
+                        shape=shape, hparams=hp)
 
 
 def test_groups_by_shape_with_hand_counted_branch_steps():
@@ -44,9 +49,9 @@ def test_configs_resolve_to_the_planned_steps_and_schedules(tmp_path):
   c = config_lib.get_ladder_variant("tiny")
   base = c.train_config
   spec0 = train_lib.resolve(base, 1, backend="cpu")
-  per_step = base.train.global_batch_size * base.train.seq_len
-  runs = grid.plan_runs(c.ladder, spec0.model.vocab_size, base.train.seq_len)
-  plans = wsd.plan_shapes(runs, per_step, c.ladder.cooldown_fraction, base.train.warmup_steps)
+  c.ladder.schedule = "wsd"
+  runs = grid.plan_runs(c.ladder, base.train, spec0.model.vocab_size)
+  plans = wsd.plan_shapes(runs, None, c.ladder.cooldown_fraction, base.train.warmup_steps)
   assert len(plans) < len(runs)  # shapes recur across budgets
   for r in runs:
     plan, entry = wsd.find(plans, r.run_id)
@@ -84,3 +89,31 @@ def test_bad_ladder_knobs(knob, value, words):
   with pytest.raises(config_lib.ConfigError) as e:
     grid.validate_ladder(c.ladder)
   assert words in str(e.value)
+
+
+def test_wsd_ladder_trains_each_shape_once_and_branches_cooldowns(tmp_path, small_corpus,
+                                                                   store_root):
+  """The tiny ladder on wsd: every run done; each cooldown started from its trunk's branch
+  checkpoint and trained only its own decay steps; one LR and batch per shape."""
+  c = config_lib.get_ladder_variant("tiny")
+  c.workdir = str(tmp_path / "lad")
+  c.ladder.update(schedule="wsd", n_budgets=2, c_min=1e9, c_max=3e9, fit=False, validate=False)
+  c.train_config.data.update(source="files", paths=str(small_corpus / "*.txt"),
+                             store_root=str(store_root), val_fraction=0.1)
+  c.train_config.train.peak_flops_per_device = 1e9
+  from chinchax import ladder
+  ladder.run_ladder(c)
+  plan = ladder.prepare(c, check_data=False)
+  rows = plan.table.rows
+  assert all(rows[r.run_id]["status"] == "done" for r in plan.runs)
+  cooldowns = [(p, e) for p in plan.wsd_plans for e in p.cooldowns]
+  assert cooldowns, "the grid has no shape at two budgets"
+  for p, e in cooldowns:
+    wd = tmp_path / "lad" / "runs" / e.run.run_id
+    cfg = json.loads((wd / "config.json").read_text())
+    assert cfg["init"]["step"] == e.branch_step
+    steps = [json.loads(l)["step"] for l in (wd / "metrics.jsonl").read_text().splitlines()]
+    assert min(steps) > e.branch_step and max(steps) == e.steps
+    trunk, row = rows[p.trunk.run.run_id], rows[e.run.run_id]
+    assert row["hparams"] == trunk["hparams"]
+    assert row["D"] == e.steps * row["hparams"]["global_batch_size"] * e.run.shape.seq_len

@@ -101,7 +101,30 @@ def plan_runs(lc, base_train, vocab_size: int) -> list[LadderRun]:
                      exclude=frozenset(seen))
       seen.add(run.counts.total)
       runs.append(run)
+  if lc.schedule == "wsd":
+    runs = _share_hparams_per_shape(lc, base_train, runs)
   return runs
+
+
+def _share_hparams_per_shape(lc, base_train, runs: list[LadderRun]) -> list[LadderRun]:
+  """The runs with one peak LR, batch, β2 and warmup per shape: the rule's values at the
+  shape's largest budget (its wsd trunk), each run keeping its own D and steps.
+
+  A wsd trunk and its cooldowns are one optimisation (Hägele et al. 2024,
+  Sec. 3), so they cannot differ in LR or batch; a rule that reads C
+  (``deepseek``) is evaluated at the trunk's budget.
+  """
+  top: dict[budget.ModelShape, LadderRun] = {}
+  for r in runs:
+    if r.shape not in top or r.C_budget > top[r.shape].C_budget:
+      top[r.shape] = r
+  out = []
+  for r in runs:
+    hp = top[r.shape].hparams
+    steps = budget.steps_for_tokens(r.D, hp.global_batch_size * base_train.seq_len)
+    out.append(dataclasses.replace(r, hparams=dataclasses.replace(
+        hp, steps=steps, warmup_steps=min(hp.warmup_steps, budget.max_warmup_steps(steps)))))
+  return out
 
 
 def validate_ladder(lc) -> None:

@@ -43,6 +43,7 @@ import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.lease as lease_lib
 import chinchax.ladder.table as table_lib
+import chinchax.ladder.wsd as wsd_lib
 
 GRID_FILE = "grid.json"
 FIT_CLAIMS_DIR = "fit-claims"
@@ -57,6 +58,24 @@ class LadderPlan:
   workdir: pathlib.Path
   devices: list
   vocab: int
+  wsd_plans: list | None = None
+
+  def run_config(self, r: grid.LadderRun):
+    """The training config of run ``r``: cosine (``grid.run_config``), a wsd trunk or a
+    cooldown (``wsd.run_config``); the validation run trains directly on its schedule."""
+    base = self.config.train_config
+    if self.wsd_plans is None:
+      return grid.run_config(base, r, self.workdir)
+    if r.role == "validation":
+      c = grid.run_config(base, r, self.workdir)
+      c.train.update(schedule="wsd", decay_fraction=self.config.ladder.cooldown_fraction)
+      return c
+    return wsd_lib.run_config(base, self.wsd_plans, r, self.workdir)
+
+  def ready(self, r: grid.LadderRun) -> bool:
+    """Whether ``r`` can start now (a wsd cooldown waits for its trunk's branch checkpoint)."""
+    return (self.wsd_plans is None or r.role == "validation"
+            or wsd_lib.ready(self.wsd_plans, r, self.workdir))
 
   @property
   def table(self) -> table_lib.ResultsTable:
@@ -94,7 +113,9 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
         f"{r.hparams.global_batch_size}×{base.train.seq_len} tokens "
         f"(ladder.min_steps={lc.min_steps}, ladder.hparams={lc.hparams!r}); raise ladder.c_min "
         f"or shrink the batch")
-  plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size)
+  wsd_plans = (wsd_lib.plan_shapes(runs, None, lc.cooldown_fraction, base.train.warmup_steps)
+               if lc.schedule == "wsd" else None)
+  plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, wsd_plans)
   if check_data:
     check_corpus(plan, runs)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -112,7 +133,7 @@ def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
   """
   base = plan.config.train_config
   spec0 = train_lib.resolve(base, len(plan.devices))
-  first = grid.run_config(base, runs[0], plan.workdir)
+  first = plan.run_config(runs[0])
   one_step = dataclasses.replace(spec0, steps=1, tokens=spec0.tokens_per_step)
   try:
     split = train_lib.prepare_data(first, one_step).train_split
@@ -150,7 +171,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
     KeyboardInterrupt: Ctrl-C.
   """
   base = plan.config.train_config
-  cfg = grid.run_config(base, r, plan.workdir)
+  cfg = plan.run_config(r)
   cfg.train.progress = False
   t0 = time.time()
   hp = r.hparams
@@ -293,6 +314,11 @@ def work(plan: LadderPlan, *, owner: str | None = None, on_claim=None, on_row=No
              "attempts": held.attempt - 1, "worker": owner,
              "error": f"RunAbandoned: its worker died or was lost in each of "
                       f"{held.attempt - 1} attempts (ladder.max_attempts={lc.max_attempts})"}
+    elif not plan.ready(r):  # a wsd cooldown whose trunk failed for good
+      row = {"run_id": r.run_id, "C_budget": r.C_budget, "N": r.counts.total, "status": "failed",
+             "attempts": lc.max_attempts, "worker": owner,
+             "error": f"TrunkFailed: its wsd trunk {wsd_lib.depends_on(plan.wsd_plans, r)[0]} "
+                      f"failed {lc.max_attempts} times"}
     else:
       if on_claim is None:
         say(f"worker {owner}: run {r.run_id} (lease {held.gen}, attempt {held.attempt})")
@@ -322,6 +348,8 @@ def _claim_first(plan, table, leases, order, failed_here):
   recorded the run); the lease's attempt is set and written at once.
   """
   for r in order:
+    if not plan.ready(r) and not _trunk_failed(plan, table, r):
+      continue  # a wsd cooldown whose branch checkpoint is not saved yet
     held = leases.try_claim(r.run_id)
     if held is None:
       continue
@@ -334,6 +362,16 @@ def _claim_first(plan, table, leases, order, failed_here):
     held.beat()
     return r, held
   return None
+
+
+def _trunk_failed(plan: LadderPlan, table: table_lib.ResultsTable, r: grid.LadderRun) -> bool:
+  """Whether ``r`` is a wsd cooldown whose trunk is recorded failed and will not be retried."""
+  dep = None if plan.wsd_plans is None else wsd_lib.depends_on(plan.wsd_plans, r)
+  if dep is None:
+    return False
+  row = table.rows.get(dep[0])
+  return (row is not None and row.get("status") != "done"
+          and row.get("attempts", 1) >= plan.config.ladder.max_attempts)
 
 
 def run_under_lease(plan, r, held: lease_lib.Lease, heartbeat_s: float) -> dict | None:

@@ -86,19 +86,28 @@ class ShapePlan:
     return self.trunk.steps + sum(c.trained_steps for c in self.cooldowns)
 
 
-def run_steps(run: grid.LadderRun, tokens_per_step: int) -> int:
+def run_steps(run: grid.LadderRun, tokens_per_step: int | None = None) -> int:
   """A run's steps, as the trainer resolves them: round(D / tokens_per_step)
-  (``budget.steps_for_tokens``), D = C / (6 N) (``LadderRun.D``)."""
+  (``budget.steps_for_tokens``), D = C / (6 N) (``LadderRun.D``); None: the run's own
+  batch (``run.hparams``)."""
+  if tokens_per_step is None:
+    return run.hparams.steps
   return budget.steps_for_tokens(run.D, tokens_per_step)
 
 
-def plan_shapes(runs: list[grid.LadderRun], tokens_per_step: int, cooldown_fraction: float,
+def run_tokens_per_step(run: grid.LadderRun) -> int:
+  """The run's global_batch_size × seq_len under its hyperparameter rule."""
+  return run.hparams.global_batch_size * run.shape.seq_len
+
+
+def plan_shapes(runs: list[grid.LadderRun], tokens_per_step: int | None, cooldown_fraction: float,
                 warmup_steps: int) -> list[ShapePlan]:
   """Groups ``runs`` by identical shape; per shape a trunk and its cooldowns (pure).
 
   Args:
     runs: the ladder's runs (``grid.plan_runs``).
-    tokens_per_step: global_batch_size × seq_len.
+    tokens_per_step: global_batch_size × seq_len; None: each run's own (``run.hparams``;
+      the runs of a shape share one batch, ``grid.plan_runs`` with ``ladder.schedule="wsd"``).
     cooldown_fraction: ``ladder.cooldown_fraction``, in (0, 0.9].
     warmup_steps: ``train.warmup_steps`` of the base training config.
   Returns:
@@ -196,14 +205,15 @@ def ready(plans: list[ShapePlan], run: grid.LadderRun, workdir: pathlib.Path) ->
   return (pathlib.Path(workdir) / "runs" / trunk_id / "checkpoints" / str(step)).is_dir()
 
 
-def trained_flops(plans: list[ShapePlan], tokens_per_step: int) -> float:
+def trained_flops(plans: list[ShapePlan], tokens_per_step: int | None = None) -> float:
   """FLOPs the wsd plan trains: Σ over shapes of 6·N·tokens of the trunk and of each cooldown's
-  own steps (C = 6ND, Kaplan et al. 2020 / Hoffmann et al. 2022)."""
-  return sum(budget.flops_6nd(p.trunk.run.counts.total, p.trained_steps * tokens_per_step)
-             for p in plans)
+  own steps (C = 6ND, Kaplan et al. 2020 / Hoffmann et al. 2022); None: each shape's own batch."""
+  return sum(budget.flops_6nd(p.trunk.run.counts.total, p.trained_steps * (
+      tokens_per_step or run_tokens_per_step(p.trunk.run))) for p in plans)
 
 
-def cosine_flops(runs: list[grid.LadderRun], tokens_per_step: int) -> float:
-  """FLOPs the cosine plan trains: Σ over runs of 6·N·tokens, tokens = steps × tokens_per_step."""
-  return sum(budget.flops_6nd(r.counts.total, run_steps(r, tokens_per_step) * tokens_per_step)
-             for r in runs)
+def cosine_flops(runs: list[grid.LadderRun], tokens_per_step: int | None = None) -> float:
+  """FLOPs the cosine plan trains: Σ over runs of 6·N·tokens, tokens = steps × tokens_per_step
+  (None: each run's own batch)."""
+  return sum(budget.flops_6nd(r.counts.total, run_steps(r, tokens_per_step) * (
+      tokens_per_step or run_tokens_per_step(r))) for r in runs)
