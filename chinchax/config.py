@@ -72,6 +72,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.z_loss = 0.0                  # coefficient of z-loss (log Z)^2 (PaLM, Sec. 5); 0 disables
   t.eval_every = 200              # steps between eval-loss measurements (and at the end)
   t.eval_batches = 8              # validation batches per eval
+  t.eval_windows = 0              # > 0: every eval uses this many fixed, evenly spaced val windows (same for any batch size) and reports the loss's standard error; 0 = eval_batches batches of the run's own batch
   t.eval_points = 0               # extra evals at this many log-spaced steps (loss-vs-FLOPs curves)
   t.log_every = 25                # steps between metric rows in metrics.jsonl
   t.checkpoint_every = 200        # steps between async checkpoints (and at the end)
@@ -454,6 +455,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   for k in ("weight_decay", "grad_clip", "z_loss", "peak_flops_per_device"):
     _check_positive(t[k], f"train.{k}", allow_zero=True)
   _check_positive(t.eval_points, "train.eval_points", allow_zero=True, integer=True)
+  _check_positive(t.eval_windows, "train.eval_windows", allow_zero=True, integer=True)
   for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
     _check_positive(t[k], f"train.{k}", integer=True)
 
