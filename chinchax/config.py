@@ -187,6 +187,9 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   t.mesh.num_cpu_devices = 1      # ladder models are tiny: one CPU device, no collectives to wait on
   t.train.update(eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
                  checkpoint_every=500, keep_checkpoints=1, warmup_steps=50)
+  # 2048 fixed windows (262k tokens at seq_len 128): per-window s.d. ≈ 0.41 nats gives a final
+  # eval s.e. ≈ 0.009 nats, ≈ 0.004 for the difference of two runs on these same windows.
+  t.train.eval_windows = 2048
   c.train_config = t              # the training config every run starts from
   return c
 
@@ -210,7 +213,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
                     min_steps=3, bootstrap=20, progress=False, heartbeat_s=1.0,
                     lease_expiry_s=20.0, poll_s=0.5)
     c.train_config.train.update(global_batch_size=8, seq_len=32, eval_points=4, eval_batches=2,
-                                warmup_steps=2, checkpoint_every=10)
+                                eval_windows=64, warmup_steps=2, checkpoint_every=10)
     c.train_config.mesh.num_cpu_devices = 0
     return c
   raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, tiny")

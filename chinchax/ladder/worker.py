@@ -153,6 +153,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
         "C_appendix_f": budget.chinchilla_flops_per_token(r.shape) * summary["tokens"],
         "final_train_loss": summary["final_train_loss"],
         "final_eval_loss": summary["final_eval_loss"],
+        "final_eval_loss_se": summary.get("final_eval_loss_se"),
         "final_eval_bits_per_byte": summary["final_eval_bits_per_byte"],
         "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total, plan.per_step),
         "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
