@@ -5,8 +5,10 @@ vertex is N_opt for that budget. Budgets whose minimum is not bracketed by the
 sampled N, whose parabola opens downwards or whose curvature is not
 determined are reported and left out; so are budgets whose curvature is not
 significant against the eval noise floor (when the table has each run's
-``final_eval_loss_se``: :func:`curvature_se_from_noise`). N_opt = k_N C^a and
-D_opt = k_D C^b are fitted over the rest. Usable budgets carry warnings for the known biases of
+``final_eval_loss_se``: p2 within :data:`NOISE_T` standard errors of 0, the
+s.e. propagated from those SEs by :func:`curvature_se_from_noise`), as the
+flat ones are: their vertex is set by eval noise, not by the profile.
+N_opt = k_N C^a and D_opt = k_D C^b are fitted over the rest. Usable budgets carry warnings for the known biases of
 the method (wide or lopsided grids, large residuals, few sizes); a window
 fits each parabola only near the lowest observed loss.
 
@@ -164,6 +166,11 @@ def curvature_se_from_noise(x: np.ndarray, se: np.ndarray, w: np.ndarray | None)
   Ω = diag(1/se²) this is the (XᵀΩX)⁻¹ of weighted least squares with known
   errors, Press et al., Numerical Recipes, 3rd ed., Sec. 15.4). Returns
   √[L diag(se²) Lᵀ]₀₀.
+
+  The runs' errors are taken as independent. Runs evaluated on the same
+  fixed windows (``train.eval_windows``) share part of their error, and a
+  part common to every run of a budget moves only p0, so this s.e. is an
+  upper bound for them and the test it serves errs towards flagging.
 
   Args:
     x: ln N of the fitted runs, shape (K,).
