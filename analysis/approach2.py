@@ -3,8 +3,12 @@
 Per IsoFLOP budget a parabola in ln N is fitted to the final losses; its
 vertex is N_opt for that budget. Budgets whose minimum is not bracketed by the
 sampled N, whose parabola opens downwards or whose curvature is not
-determined are reported and left out; N_opt = k_N C^a and D_opt = k_D C^b are
-fitted over the rest. Usable budgets carry warnings for the known biases of
+determined are reported and left out; so are budgets whose curvature is not
+significant against the eval noise floor (when the table has each run's
+``final_eval_loss_se``: p2 within :data:`NOISE_T` standard errors of 0, the
+s.e. propagated from those SEs by :func:`curvature_se_from_noise`), as the
+flat ones are: their vertex is set by eval noise, not by the profile.
+N_opt = k_N C^a and D_opt = k_D C^b are fitted over the rest. Usable budgets carry warnings for the known biases of
 the method (wide or lopsided grids, large residuals, few sizes); a window
 fits each parabola only near the lowest observed loss.
 
@@ -32,6 +36,7 @@ LOPSIDED_WARN = 3.0     # ln-span on the wider side of the minimum over the narr
 FEW_SIZES_WARN = 5      # fewer distinct sizes than this
 RESIDUAL_WARN = 0.1     # parabola residual RMS over the profile's depth
 FLAT_T = 2.0            # curvature p2 within this many standard errors of 0: not determined
+NOISE_T = 2.0           # p2 within this many s.e. of 0, the s.e. propagated from the runs' eval SEs: below the noise floor
 _VERTEX_SHOWN = 100.0   # an edge vertex farther than this factor outside the sizes is not kept
 
 WARNING_TEXT = {
@@ -65,8 +70,10 @@ class BudgetParabola:
     loss_opt: parabola value at the vertex, nats/token.
     status: "ok", "edge" (minimum not bracketed by the sampled N),
       "no-minimum" (p2 <= 0, or not finite), "flat" (the curvature p2 lies
-      within 2 standard errors of 0: the minimum is not determined) or
-      "too-few-sizes" (< 3 distinct N fitted).
+      within 2 standard errors of 0: the minimum is not determined),
+      "below-noise" (p2 lies within 2 standard errors of 0 where the s.e. is
+      the one the runs' eval noise alone gives it) or "too-few-sizes" (< 3
+      distinct N fitted).
     reason: why a budget is left out ("" when ok).
     n_sizes_fitted: distinct N the parabola was fitted on (fewer than
       ``n_sizes`` with a window).
@@ -76,6 +83,9 @@ class BudgetParabola:
     depth: the parabola's rise over the fitted N from its lowest value, nats/token.
     curvature_t: p2 over its standard error (least squares, residual
       variance with K - 3 degrees of freedom); NaN with 3 runs.
+    curvature_se_noise: the standard error of p2 that the runs' eval-loss
+      SEs alone give it (:func:`curvature_se_from_noise`); NaN without SEs.
+    curvature_z_noise: p2 / curvature_se_noise; NaN without SEs.
     warnings: kinds of :data:`WARNING_TEXT` that apply to this budget.
   """
 
@@ -95,6 +105,8 @@ class BudgetParabola:
   residual_rms: float = float("nan")
   depth: float = float("nan")
   curvature_t: float = float("nan")
+  curvature_se_noise: float = float("nan")
+  curvature_z_noise: float = float("nan")
   warnings: tuple[str, ...] = ()
 
   def to_dict(self) -> dict:
@@ -144,9 +156,44 @@ def _curvature_t(x: np.ndarray, r: np.ndarray, p2: float, w: np.ndarray | None) 
   return p2 / math.sqrt(var) if var > 0 else float("inf")
 
 
+def curvature_se_from_noise(x: np.ndarray, se: np.ndarray, w: np.ndarray | None) -> float:
+  """The standard error of the fitted curvature p2 that the eval noise alone gives it.
+
+  The fit is linear in the losses, p = L y with L = (XᵀΩX)⁻¹XᵀΩ (X the
+  [x², x, 1] design, Ω the fit's weights, ``w``², identity when None); with
+  independent loss errors of standard deviation ``se`` its covariance is
+  L diag(se²) Lᵀ (propagation of errors through a linear estimator; with
+  Ω = diag(1/se²) this is the (XᵀΩX)⁻¹ of weighted least squares with known
+  errors, Press et al., Numerical Recipes, 3rd ed., Sec. 15.4). Returns
+  √[L diag(se²) Lᵀ]₀₀.
+
+  The runs' errors are taken as independent. Runs evaluated on the same
+  fixed windows (``train.eval_windows``) share part of their error, and a
+  part common to every run of a budget moves only p0, so this s.e. is an
+  upper bound for them and the test it serves errs towards flagging.
+
+  Args:
+    x: ln N of the fitted runs, shape (K,).
+    se: SE of each run's loss, nats/token, shape (K,).
+    w: the fit's per-run weights as ``np.polyfit`` takes them (square roots
+      of the run weights), shape (K,), or None.
+
+  Returns:
+    The SE of p2, nats/token per (ln N)²; NaN if the design is singular.
+  """
+  ww = np.ones_like(x) if w is None else np.asarray(w, dtype=np.float64) ** 2
+  X = np.stack([x * x, x, np.ones_like(x)], axis=1)
+  try:
+    L = np.linalg.solve(X.T @ (ww[:, None] * X), X.T * ww)
+  except np.linalg.LinAlgError:
+    return float("nan")
+  return float(math.sqrt(float(np.sum(L[0] ** 2 * np.asarray(se, dtype=np.float64) ** 2))))
+
+
 def fit_isoflop_parabola(C: float, N: np.ndarray, loss: np.ndarray, *,
                          weight: np.ndarray | None = None,
-                         window: int | None = None) -> BudgetParabola:
+                         window: int | None = None,
+                         loss_se: np.ndarray | None = None) -> BudgetParabola:
   """Fits one IsoFLOP profile with a parabola in ln N (Chinchilla Sec. 3.2, Fig. 3).
 
   The budget is usable ("ok") only when the lowest observed loss is at an
@@ -161,6 +208,10 @@ def fit_isoflop_parabola(C: float, N: np.ndarray, loss: np.ndarray, *,
     weight: optional weight per run, shape (K,) (weighted least squares).
     window: fit only on the sizes within ``window`` places (in sorted order)
       of the size with the lowest observed loss; None fits all sizes.
+    loss_se: optional SE of each loss from its eval windows, nats/token,
+      shape (K,), finite. A bracketed parabola whose p2 is less than
+      :data:`NOISE_T` times :func:`curvature_se_from_noise` is left out as
+      "below-noise": eval noise alone could make the profile curve that much.
 
   Returns:
     A :class:`BudgetParabola`; its ``status`` says whether it is usable.
@@ -227,6 +278,19 @@ def fit_isoflop_parabola(C: float, N: np.ndarray, loss: np.ndarray, *,
                                   f"(the loss varies by {depth:.3g} nats/token over the fitted N, "
                                   f"residual RMS {rms:.3g}): the minimum is not determined"),
                           **common)
+  if loss_se is not None:
+    se_p2 = curvature_se_from_noise(x, np.asarray(loss_se, dtype=np.float64)[sel], w)
+    z = p2 / se_p2 if se_p2 > 0 else float("inf")
+    common.update(curvature_se_noise=se_p2, curvature_z_noise=z)
+    if not z >= NOISE_T:
+      floor = float(np.median(np.asarray(loss_se)[sel]))
+      return BudgetParabola(
+          C, len(N), int(sizes.size), rng, coeffs, **left, status="below-noise",
+          reason=(f"the parabola's curvature is {z:.2g} standard errors from 0 against the eval "
+                  f"noise floor (median eval-loss s.e. {floor:.2g} nats/token; the loss varies by "
+                  f"{depth:.3g} nats/token over the fitted N, {depth / floor:.3g}x the floor): "
+                  f"the minimum is not resolved by the eval"),
+          **common)
   N_opt = math.exp(x_opt)
   return BudgetParabola(C, len(N), int(sizes.size), rng, coeffs, N_opt, tokens_6nd(C, N_opt),
                         p0 - p1 * p1 / (4.0 * p2), "ok",
@@ -248,6 +312,12 @@ class Approach2Result(AllocationParams):
 
   budgets: list[BudgetParabola]
   window: int | None = None
+  noise_floor: float | None = None
+
+  @property
+  def below_noise(self) -> list[BudgetParabola]:
+    """Budgets left out because their curvature is within the eval noise floor."""
+    return [p for p in self.budgets if p.status == "below-noise"]
 
   @property
   def used(self) -> list[BudgetParabola]:
@@ -287,15 +357,25 @@ class Approach2Result(AllocationParams):
     return out
 
 
+def _filled_loss_se(runs: Runs) -> np.ndarray | None:
+  """Each run's eval-loss SE, the table's median SE where a row has none; None without any."""
+  noise = runs.eval_noise()
+  if noise is None:
+    return None
+  return np.where(np.isfinite(runs.loss_se), runs.loss_se, noise.median_se)
+
+
 def approach2_parabolas(runs: Runs, window: int | None = None) -> list[BudgetParabola]:
   """One parabola per IsoFLOP budget of ``runs`` (sorted by C); ``window`` as in
-  :func:`fit_isoflop_parabola`; per-run weights from ``runs.weight`` when present."""
+  :func:`fit_isoflop_parabola`; per-run weights from ``runs.weight`` and eval-loss
+  SEs from ``runs.loss_se`` (the table's median SE for a run without one) when present."""
   out = []
+  se = _filled_loss_se(runs)
   for C in runs.budgets():
     sel = runs.budget == C
     weight = None if runs.weight is None else runs.weight[sel]
     out.append(fit_isoflop_parabola(float(C), runs.N[sel], runs.loss[sel], weight=weight,
-                                    window=window))
+                                    window=window, loss_se=None if se is None else se[sel]))
   return out
 
 
@@ -347,4 +427,6 @@ def fit_approach2(runs: Runs, min_budgets: int = 3, window: int | None = None) -
   C = np.array([p.C for p in usable])
   k_N, a, k_D, b = fit_allocation(C, np.array([p.N_opt for p in usable]),
                                   np.array([p.D_opt for p in usable]), "Approach 2")
-  return Approach2Result(budgets=parabolas, k_N=k_N, a=a, k_D=k_D, b=b, window=window)
+  noise = runs.eval_noise()
+  return Approach2Result(budgets=parabolas, k_N=k_N, a=a, k_D=k_D, b=b, window=window,
+                         noise_floor=None if noise is None else noise.median_se)

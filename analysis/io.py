@@ -5,13 +5,17 @@ Two formats are read:
 * JSONL written by the ladder runner: one JSON object per line with at least
   ``run_id``, ``status`` ("done" | "failed"), ``N`` (total parameters), ``D``
   (tokens) and ``final_eval_loss`` (nats/token); optionally ``C_budget`` (the
-  IsoFLOP budget, FLOPs), ``C_6nd`` and ``eval_curve`` ([[flops_seen,
-  eval_loss], ...], used by Approach 1). Failed rows are counted, not fitted.
+  IsoFLOP budget, FLOPs), ``C_6nd``, ``eval_curve`` ([[flops_seen,
+  eval_loss], ...], used by Approach 1), ``final_eval_loss_se`` (the standard
+  error of the final eval loss over its eval windows, nats/token; null or
+  absent: not measured) and ``eval_windows`` (how many windows). Failed rows
+  are counted, not fitted.
 * CSV with columns ``N``, ``loss`` and ``D`` or ``C`` (FLOPs; then
   D = C / (6N), Chinchilla Sec. 3's C = 6ND). Epoch AI's column names
   (``Model Size``, ``Training FLOP``, ``loss``) are accepted too. Optional
   columns: ``C_budget``, ``run_id``, ``status``, ``weight`` (per-run weight in
-  the fits, >= 0; JSONL rows may carry ``weight`` too).
+  the fits, >= 0; JSONL rows may carry ``weight`` too), ``final_eval_loss_se``
+  (or ``loss_se``; empty: not measured) and ``eval_windows``.
 
 Every problem (missing column, unparsable, NaN or non-positive value,
 duplicated run, empty table, too few IsoFLOP budgets) raises
@@ -43,7 +47,16 @@ _CSV_ALIASES = {
     "run_id": ("run_id",),
     "status": ("status",),
     "weight": ("weight",),
+    "loss_se": ("final_eval_loss_se", "loss_se"),
+    "eval_windows": ("eval_windows",),
 }
+
+
+def _optional(value, path: str, line: int, column: str, default: float) -> float:
+  """An optional non-negative column: ``default`` when absent, null or empty."""
+  if value is None or (isinstance(value, str) and not value.strip()):
+    return default
+  return _number(value, path, line, column, positive=False)
 
 
 def load_results(path: str, *, min_budgets: int = 3) -> Runs:
@@ -97,6 +110,7 @@ def _number(value, path: str, line: int, column: str, *, positive: bool = True) 
 
 def _parse_jsonl(text: str, path: str) -> Runs:
   N, D, loss, budget, ids, curves, weights = [], [], [], [], [], [], []
+  ses, windows = [], []
   seen: dict[str, int] = {}
   seen_config: dict[tuple, int] = {}
   n_failed = 0
@@ -158,6 +172,9 @@ def _parse_jsonl(text: str, path: str) -> Runs:
       curves.append(None)
     weights.append(None if row.get("weight") is None else
                    _number(row["weight"], path, line_no, "weight", positive=False))
+    ses.append(_optional(row.get("final_eval_loss_se"), path, line_no, "final_eval_loss_se",
+                         math.nan))
+    windows.append(_optional(row.get("eval_windows"), path, line_no, "eval_windows", 0))
     N.append(n)
     D.append(d)
     loss.append(l)
@@ -168,8 +185,14 @@ def _parse_jsonl(text: str, path: str) -> Runs:
   budget_arr = np.asarray(budget) if any_budget else None
   runs = runs_from_arrays(N, D, loss, budget=budget_arr, run_id=ids,
                           curves=curves if all_curves else None, source=path, n_failed=n_failed,
-                          weight=_weights(weights, path))
+                          weight=_weights(weights, path), **_noise_columns(ses, windows))
   return dataclasses.replace(runs, held_out=tuple(held_out))
+
+
+def _noise_columns(ses: list, windows: list) -> dict:
+  """``loss_se`` and ``eval_windows`` for :func:`runs_from_arrays` (None when no row has one)."""
+  return {"loss_se": np.asarray(ses) if any(math.isfinite(v) for v in ses) else None,
+          "eval_windows": np.asarray(windows) if any(v > 0 for v in windows) else None}
 
 
 def _weights(weights: list, path: str) -> np.ndarray | None:
@@ -201,6 +224,7 @@ def _parse_csv(text: str, path: str) -> Runs:
     raise ResultsError(f"{path}: missing column 'D' or 'C' (tokens, or FLOPs with D = C/(6N)); "
                        f"the header is {header}")
   N, D, loss, budget, ids, weights = [], [], [], [], [], []
+  ses, windows = [], []
   seen_ids: dict[str, int] = {}
   seen_rows: dict[tuple, int] = {}
   n_failed = 0
@@ -234,6 +258,10 @@ def _parse_csv(text: str, path: str) -> Runs:
     if cols["weight"]:
       weights.append(_number(row.get(cols["weight"]), path, line_no, cols["weight"],
                              positive=False))
+    ses.append(_optional(row.get(cols["loss_se"]) if cols["loss_se"] else None, path, line_no,
+                         cols["loss_se"], math.nan))
+    windows.append(_optional(row.get(cols["eval_windows"]) if cols["eval_windows"] else None,
+                             path, line_no, cols["eval_windows"], 0))
     N.append(n)
     D.append(d)
     loss.append(l)
@@ -243,14 +271,16 @@ def _parse_csv(text: str, path: str) -> Runs:
                        f"{f', {n_failed} failed' if n_failed else ''})")
   return runs_from_arrays(N, D, loss, budget=np.asarray(budget) if cols["C_budget"] else None,
                           run_id=ids, source=path, n_failed=n_failed,
-                          weight=np.asarray(weights) if cols["weight"] else None)
+                          weight=np.asarray(weights) if cols["weight"] else None,
+                          **_noise_columns(ses, windows))
 
 
 def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> None:
   """Writes ``runs`` as a ladder-style JSONL results table (plus failed rows).
 
   Only the fields the fitters read are written (run_id, status, C_budget, N,
-  D, C_6nd, final_eval_loss, eval_curve); ``failed`` adds rows with status
+  D, C_6nd, final_eval_loss, final_eval_loss_se and eval_windows where known,
+  eval_curve); ``failed`` adds rows with status
   "failed" and those run ids.
   """
   with open(path, "w") as f:
@@ -260,6 +290,10 @@ def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> No
              "final_eval_loss": float(runs.loss[i])}
       if runs.weight is not None:
         row["weight"] = float(runs.weight[i])
+      if runs.loss_se is not None and math.isfinite(runs.loss_se[i]):
+        row["final_eval_loss_se"] = float(runs.loss_se[i])
+      if runs.eval_windows is not None and runs.eval_windows[i] > 0:
+        row["eval_windows"] = int(runs.eval_windows[i])
       if runs.curves is not None:
         row["eval_curve"] = runs.curves[i].tolist()
       f.write(json.dumps(row) + "\n")

@@ -2,7 +2,10 @@
 
 JSON layout (``fit.json``):
 
-* ``input``: source, run counts (fitted, failed), budgets, ranges of N, D, C, loss.
+* ``input``: source, run counts (fitted, failed), budgets, ranges of N, D, C, loss,
+  and ``eval_noise``: the eval noise floor (median, min and max over runs of
+  the final eval loss's standard error over its eval windows, the runs that
+  have one, the windows per run), or null when the table has no SEs.
 * top level ``E``, ``A``, ``B``, ``alpha``, ``beta``, ``a``, ``b``, ``G`` — the
   Approach-3 law when Approach 3 was fitted (so that
   :func:`chinchax.laws.get_law` can load the file and ``chinchax plan`` can use it).
@@ -28,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from chinchax import laws
+from analysis import approach2
 from analysis import validation as validation_lib
 from analysis.approach3 import THETA_NAMES
 from analysis.approaches import APPROACHES
@@ -88,7 +92,10 @@ def _approach_dict(key: str, res, boot, warnings: Sequence[str] = ()) -> dict:
               "distinct_N_on_envelope": int(np.unique(res.N_env).size)})
   elif key == "2":
     d.update({"n_budgets_used": len(res.used), "n_budgets_left_out": len(res.left_out),
-              "window": res.window, "budgets": [p.to_dict() for p in res.budgets]})
+              "window": res.window, "noise_floor": _f(res.noise_floor),
+              "noise_t": approach2.NOISE_T,
+              "budgets_below_noise": [_f(p.C) for p in res.below_noise],
+              "budgets": [p.to_dict() for p in res.budgets]})
     for b in d["budgets"]:
       for k, v in list(b.items()):
         if isinstance(v, float):
@@ -166,6 +173,7 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
           "D_range": [_f(runs.D.min()), _f(runs.D.max())],
           "C_range": [_f(runs.C.min()), _f(runs.C.max())],
           "loss_range": [_f(runs.loss.min()), _f(runs.loss.max())],
+          "eval_noise": _noise_dict(runs),
           "units": {"N": "parameters", "D": "tokens", "C": "FLOPs (6ND)", "loss": "nats/token"},
       },
       "approaches_requested": list(report.requested),
@@ -200,6 +208,28 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
   return out
 
 
+def _noise_dict(runs) -> dict | None:
+  noise = runs.eval_noise()
+  if noise is None:
+    return None
+  return {k: (_f(v) if isinstance(v, float) else v) for k, v in noise.to_dict().items()}
+
+
+def _noise_line(inp: dict) -> str:
+  """The eval noise floor in one sentence."""
+  noise = inp.get("eval_noise")
+  if not noise:
+    return ("Eval noise floor: not measured (the table has no final_eval_loss_se; train with "
+            "train.eval_windows > 0).")
+  windows = (f", {noise['eval_windows']:,} eval windows per run" if noise["eval_windows"]
+             else "")
+  return (f"Eval noise floor: median standard error of the final eval loss "
+          f"{_fmt(noise['median_se'])} nats/token (range {_fmt(noise['min_se'])}–"
+          f"{_fmt(noise['max_se'])}) over {noise['n_runs']} of {inp['n_runs']} runs{windows}; "
+          f"Approach 2 leaves out a budget whose curvature is within "
+          f"{approach2.NOISE_T:g} standard errors of 0 propagated from these SEs.")
+
+
 def _ci_text(d: dict, key: str) -> str:
   ci = (d.get("ci") or {}).get(key)
   if not ci or ci[0] is None:
@@ -216,7 +246,7 @@ def markdown(data: dict) -> str:
                f"N {_fmt(inp['N_range'][0])}–{_fmt(inp['N_range'][1])} params, "
                f"C {_fmt(inp['C_range'][0])}–{_fmt(inp['C_range'][1])} FLOPs, "
                f"loss {_fmt(inp['loss_range'][0])}–{_fmt(inp['loss_range'][1])} nats/token.")
-  lines.append("")
+  lines += ["", _noise_line(inp), ""]
   if data.get("warnings"):
     lines += ["## Warnings", ""]
     lines += [f"- Approach {w['approach']}: {w['message']}" for w in data["warnings"]]

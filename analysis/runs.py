@@ -50,6 +50,11 @@ class Runs:
       grouped from C (False).
     weight: per-run weight in the fits (Approach 2's parabolas, Approach 3's
       summed loss), shape (R,), >= 0; None: every run counts once.
+    loss_se: standard error of each run's final eval loss over its eval
+      windows (the table's ``final_eval_loss_se``), nats/token, shape (R,),
+      NaN where a row has none; None: no row has one.
+    eval_windows: eval windows behind each run's loss (the table's
+      ``eval_windows``), shape (R,), 0 where a row does not say; None: no row says.
     held_out: finished rows with ``"role": "validation"`` (the ladder's
       validation run): read, never fitted (:mod:`analysis.validation`).
   """
@@ -64,6 +69,8 @@ class Runs:
   source: str = ""
   has_budget_column: bool = False
   weight: np.ndarray | None = None
+  loss_se: np.ndarray | None = None
+  eval_windows: np.ndarray | None = None
   held_out: tuple[dict, ...] = ()
 
   @property
@@ -85,7 +92,20 @@ class Runs:
     return dataclasses.replace(
         self, N=self.N[idx], D=self.D[idx], loss=self.loss[idx], budget=self.budget[idx],
         run_id=tuple(self.run_id[i] for i in idx), curves=curves,
-        weight=None if self.weight is None else self.weight[idx])
+        weight=None if self.weight is None else self.weight[idx],
+        loss_se=None if self.loss_se is None else self.loss_se[idx],
+        eval_windows=None if self.eval_windows is None else self.eval_windows[idx])
+
+  def eval_noise(self) -> "EvalNoise | None":
+    """The eval noise floor of the table (:class:`EvalNoise`); None without any SE."""
+    if self.loss_se is None or not np.any(np.isfinite(self.loss_se)):
+      return None
+    se = self.loss_se[np.isfinite(self.loss_se)]
+    windows = None
+    if self.eval_windows is not None and np.any(self.eval_windows > 0):
+      windows = int(np.median(self.eval_windows[self.eval_windows > 0]))
+    return EvalNoise(median_se=float(np.median(se)), min_se=float(se.min()),
+                     max_se=float(se.max()), n_runs=int(se.size), eval_windows=windows)
 
   def drop_highest_loss(self, k: int) -> "Runs":
     """The runs without the ``k`` highest losses (Besiroglu et al. 2024 drop 5)."""
@@ -96,6 +116,28 @@ class Runs:
                          f"it has only {len(self)} runs")
     keep = np.sort(np.argsort(self.loss, kind="stable")[: len(self) - k])
     return self.subset(keep)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalNoise:
+  """The eval noise floor: how precisely each run's final eval loss is measured.
+
+  Attributes:
+    median_se: median over runs of the standard error of the final eval loss
+      over its eval windows, nats/token.
+    min_se, max_se: its range over runs, nats/token.
+    n_runs: runs with an SE.
+    eval_windows: eval windows per run (median over runs that say), or None.
+  """
+
+  median_se: float
+  min_se: float
+  max_se: float
+  n_runs: int
+  eval_windows: int | None
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
 
 
 def group_budgets(C: np.ndarray, rtol: float = BUDGET_GROUP_RTOL) -> np.ndarray:
@@ -126,7 +168,8 @@ def group_budgets(C: np.ndarray, rtol: float = BUDGET_GROUP_RTOL) -> np.ndarray:
 
 
 def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
-                     source: str = "", n_failed: int = 0, weight=None) -> Runs:
+                     source: str = "", n_failed: int = 0, weight=None, loss_se=None,
+                     eval_windows=None) -> Runs:
   """Builds :class:`Runs` from arrays, validating them.
 
   Args:
@@ -139,10 +182,12 @@ def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
     source: name used in error messages.
     n_failed: failed runs to record.
     weight: optional weight per run, shape (R,), finite and >= 0, not all 0.
+    loss_se: optional SE of each loss, nats/token, shape (R,), >= 0 or NaN (unknown).
+    eval_windows: optional eval windows per run, shape (R,), >= 0 (0: unknown).
 
   Raises:
     ResultsError: empty input, mismatched lengths, a NaN/non-positive value,
-      or a bad weight.
+      a bad weight, a negative or infinite SE, or a negative window count.
   """
   where = source or "input"
   arrays = {}
@@ -180,9 +225,21 @@ def runs_from_arrays(N, D, loss, budget=None, curves=None, run_id=None,
     if (weight_arr.shape[0] != R or np.any(~np.isfinite(weight_arr) | (weight_arr < 0))
         or not np.any(weight_arr > 0)):
       raise ResultsError(f"{where}: weight must have one finite value >= 0 per run, not all 0")
+  se_arr = None
+  if loss_se is not None:
+    se_arr = np.asarray(loss_se, dtype=np.float64).reshape(-1)
+    if se_arr.shape[0] != R or np.any(np.isinf(se_arr) | (se_arr < 0)):
+      raise ResultsError(f"{where}: final_eval_loss_se must have one value >= 0 (or NaN: "
+                         f"unknown) per run")
+  windows_arr = None
+  if eval_windows is not None:
+    windows_arr = np.asarray(eval_windows, dtype=np.int64).reshape(-1)
+    if windows_arr.shape[0] != R or np.any(windows_arr < 0):
+      raise ResultsError(f"{where}: eval_windows must have one value >= 0 per run")
   return Runs(N=arrays["N"], D=arrays["D"], loss=arrays["loss"], budget=budget_arr, run_id=ids,
               curves=curve_tuple, n_failed=n_failed, source=source,
-              has_budget_column=has_budget, weight=weight_arr)
+              has_budget_column=has_budget, weight=weight_arr, loss_se=se_arr,
+              eval_windows=windows_arr)
 
 
 def check_curve(curve, where: str, rid: str) -> np.ndarray:

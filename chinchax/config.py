@@ -82,6 +82,8 @@ def base_config() -> ml_collections.ConfigDict:
   t.z_loss = 0.0                  # coefficient of z-loss (log Z)^2 (PaLM, Sec. 5); 0 disables
   t.eval_every = 200              # steps between eval-loss measurements (and at the end)
   t.eval_batches = 8              # validation batches per eval
+  t.curve_eval_windows = 0        # with eval_windows: evals before the last step read only about this many of the windows (evenly spaced whole chunks; 0 = all), the final eval all of them
+  t.eval_windows = 0              # > 0: every eval uses this many fixed, evenly spaced val windows (same for any batch size) and reports the loss's standard error; 0 = eval_batches batches of the run's own batch
   t.eval_points = 0               # extra evals at this many log-spaced steps (loss-vs-FLOPs curves)
   t.log_every = 25                # steps between metric rows in metrics.jsonl
   t.checkpoint_every = 200        # steps between async checkpoints (and at the end)
@@ -178,7 +180,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.n_budgets = 4                 # budgets, geometrically spaced from c_min to c_max
   l.sizes_per_budget = 5          # model sizes per budget, log-spaced around N_opt(C)
   l.spread = 2.5                  # sizes run from N_opt/spread to N_opt·spread
-  l.tokens_per_param = 75.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 50–100 (20 is Chinchilla's at scale)
+  l.tokens_per_param = 50.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 25–65 here (20 is Chinchilla's at scale)
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
   l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
@@ -189,7 +191,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.bootstrap = 200               # bootstrap resamples for the fit's confidence intervals
   l.progress = True               # ladder progress bar with ETA
   l.worker = False                # be one of many workers sharing workdir: claim runs until none is left, no grid listing, fit only if this worker settles the ladder
-  l.workers = 1                   # local worker processes to start (each on one CPU device / its own accelerators); 1 = run in this process
+  l.workers = 2                   # local worker processes to start (each on one CPU device / its own accelerators); 1 = run in this process
   l.pin_cpus = True               # with workers > 1 on a machine with at least that many cores: pin worker i to CPU core i
   l.max_attempts = 3              # a failed run is retried (by another worker or a later invocation) until it has failed this many times
   l.lease_expiry_s = 300.0        # a run's lease whose heartbeat has not changed this long (observer's clock) is taken over by another worker
@@ -201,6 +203,8 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   t.mesh.num_cpu_devices = 1      # ladder models are tiny: one CPU device, no collectives to wait on
   t.train.update(seq_len=64, eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
                  checkpoint_every=500, keep_checkpoints=1, warmup_steps=50)
+  # The final eval: 2048 fixed windows (131k tokens); the eval_points curve evals read 256 of them.
+  t.train.update(eval_windows=2048, curve_eval_windows=256)
   c.train_config = t              # the training config every run starts from
   return c
 
@@ -224,7 +228,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
                     min_steps=3, bootstrap=20, progress=False, heartbeat_s=1.0,
                     lease_expiry_s=20.0, poll_s=0.5)
     c.train_config.train.update(global_batch_size=8, seq_len=32, eval_points=4, eval_batches=2,
-                                warmup_steps=2, checkpoint_every=10)
+                                eval_windows=64, warmup_steps=2, checkpoint_every=10)
     c.train_config.mesh.num_cpu_devices = 0
     return c
   raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, tiny")
@@ -487,6 +491,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   for k in ("weight_decay", "grad_clip", "z_loss", "peak_flops_per_device"):
     _check_positive(t[k], f"train.{k}", allow_zero=True)
   _check_positive(t.eval_points, "train.eval_points", allow_zero=True, integer=True)
+  _check_positive(t.eval_windows, "train.eval_windows", allow_zero=True, integer=True)
+  _check_positive(t.curve_eval_windows, "train.curve_eval_windows", allow_zero=True, integer=True)
   for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
     _check_positive(t[k], f"train.{k}", integer=True)
   _check_choice(t.schedule, LR_SCHEDULES, "train.schedule")

@@ -87,6 +87,27 @@ def test_two_processes_equal_one_process_and_one_device(two_process_run, tiny_co
     assert summary["tokens"] == summary_two["tokens"] == 20 * 8 * 32
 
 
+def test_two_processes_eval_the_same_fixed_windows_as_one(small_corpus, store_root, tiny_config,
+                                                         tmp_path, mp_env):
+  """train.eval_windows over 2 processes: each feeds its rows of every 64-row chunk."""
+  extra = ["--config.budget.steps=3", "--config.train.eval_windows=100"]
+  proc = subprocess.run(
+      ["bash", str(LAUNCHER), "--processes", "2", "--devices", "4", "--log-dir",
+       str(tmp_path / "logs"), "--", *_flags(tmp_path / "two", store_root, small_corpus), *extra],
+      env=mp_env, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  two = json.loads((tmp_path / "two" / "summary.json").read_text())
+  c = tiny_config.copy_and_resolve_references()
+  c.workdir = str(tmp_path / "one")
+  c.mesh.update(data=1, fsdp=8, tensor=1)
+  c.budget.steps = 3
+  c.train.update(log_every=1, peak_flops_per_device=1e9, eval_windows=100)
+  one = train_lib.train(c, devices=jax.devices()[:8], verbose=False)
+  assert two["eval_windows"] == one["eval_windows"] == 100
+  assert one["final_eval_loss"] == pytest.approx(two["final_eval_loss"], rel=1e-6)
+  assert one["final_eval_loss_se"] == pytest.approx(two["final_eval_loss_se"], rel=1e-4)
+
+
 def test_sigterm_to_one_process_stops_both_after_a_checkpoint_and_relaunch_resumes(
     two_process_run, small_corpus, store_root, tmp_path, mp_env):
   ref_workdir, _, _ = two_process_run

@@ -145,4 +145,5 @@ def test_kill_and_rerun_finishes_remaining_runs_only(tmp_path, small_corpus, sto
     if r["run_id"] in before:
       assert r == before[r["run_id"]]
     assert r["eval_curve"] and r["eval_curve"][-1][1] == pytest.approx(r["final_eval_loss"])
+    assert 0 < r["final_eval_loss_se"] < 0.1  # the tiny ladder's 64 fixed eval windows
   assert not (pathlib.Path(c.workdir) / "fit").exists()

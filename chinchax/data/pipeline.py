@@ -152,3 +152,83 @@ def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int
   ds = grain.MapDataset.source(src).seed(seed).shuffle()
   r0, r1 = rows or (0, batch_size)
   return [np.stack([ds[i * batch_size + r] for r in range(r0, r1)]) for i in range(n)]
+
+
+# Rows of one fixed-window eval call, rounded up to a multiple of the data-parallel size: a
+# constant, so runs that differ only in global_batch_size evaluate the very same chunks.
+EVAL_CHUNK_ROWS = 64
+
+
+def eval_chunk_rows(data_parallel: int) -> int:
+  """Rows per fixed-window eval chunk: :data:`EVAL_CHUNK_ROWS` rounded up to a multiple of
+  ``data_parallel`` (data×fsdp, the mesh axes the rows are split over)."""
+  return -(-EVAL_CHUNK_ROWS // data_parallel) * data_parallel
+
+
+def eval_window_ids(n_available: int, n_windows: int) -> np.ndarray:
+  """int64 [n_windows]: window k is ⌊k·W / n⌋ of the W = ``n_available``, evenly spaced, distinct.
+
+  Raises:
+    DataError: ``n_windows`` > ``n_available``.
+  """
+  if n_windows > n_available:
+    raise sources_lib.DataError(
+        f"train.eval_windows={n_windows} asks for more validation windows than the validation "
+        f"split holds ({n_available}); lower train.eval_windows to at most {n_available}, raise "
+        f"data.val_fraction, or shorten train.seq_len")
+  return np.arange(n_windows, dtype=np.int64) * n_available // n_windows
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalWindows:
+  """``train.eval_windows`` fixed validation windows, cut into chunks of ``chunk_rows``.
+
+  The same windows (:func:`eval_window_ids`) for every run on the same store and
+  seq_len, whatever its batch size. The last chunk is padded with copies of the
+  last window; the padded rows' losses are dropped (:meth:`losses`), so they do
+  not enter the mean.
+
+  Attributes:
+    window_ids: int64 [n] window indices into the validation split.
+    chunk_rows: rows of each global chunk.
+    rows: the (r0, r1) rows of every global chunk this process feeds.
+    chunks: host int32 [r1 - r0, seq_len + 1] per chunk, ceil(n / chunk_rows) of them.
+  """
+
+  window_ids: np.ndarray
+  chunk_rows: int
+  rows: tuple[int, int]
+  chunks: list
+
+  @property
+  def n_windows(self) -> int:
+    return int(self.window_ids.shape[0])
+
+  def losses(self, chunk_losses) -> np.ndarray:
+    """float64 [n]: per-window losses from the chunks' [chunk_rows] losses (padding dropped)."""
+    return np.concatenate([np.asarray(c, dtype=np.float64) for c in chunk_losses])[
+        : self.n_windows]
+
+
+def eval_windows(split, seq_len: int, n_windows: int, chunk_rows: int,
+                 rows: tuple[int, int] | None = None) -> EvalWindows:
+  """The :class:`EvalWindows` of ``n_windows`` evenly spaced [seq_len + 1] validation windows.
+
+  Args:
+    split: the validation split.
+    seq_len: tokens per sequence.
+    n_windows: windows to evaluate (> 0).
+    chunk_rows: rows per global chunk (:func:`eval_chunk_rows`).
+    rows: this process's rows [r0, r1) of every chunk (default: all).
+
+  Raises:
+    DataError: the split holds fewer than ``n_windows`` windows (both numbers named).
+  """
+  src = WindowSource(split, seq_len)
+  ids = eval_window_ids(len(src), n_windows)
+  n_chunks = -(-n_windows // chunk_rows)
+  padded = np.concatenate([ids, np.full(n_chunks * chunk_rows - n_windows, ids[-1])])
+  r0, r1 = rows or (0, chunk_rows)
+  chunks = [np.stack([src[int(padded[c * chunk_rows + r])] for r in range(r0, r1)])
+            for c in range(n_chunks)]
+  return EvalWindows(window_ids=ids, chunk_rows=chunk_rows, rows=(r0, r1), chunks=chunks)

@@ -57,7 +57,7 @@ class LadderRun:
 
 def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
              exclude: frozenset[int] = frozenset(), role: str = "grid",
-             prefix: str = "") -> LadderRun:
+             prefix: str = "", batch_multiple: int = 1) -> LadderRun:
   """The run of budget C nearest ``n_target`` parameters: its shape and hyperparameters.
 
   Args:
@@ -68,6 +68,8 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
     vocab_size: the tokenizer's vocabulary.
     exclude: total parameter counts not to use (sizes already in the budget).
     role, prefix: the run's role, and a prefix of its id (``V`` for validation).
+    batch_multiple: the data-parallel size: a rule's batch is rounded to the
+      nearest positive multiple of it (the steps follow).
   """
   shape = shapes_lib.propose_shapes(
       n_target, vocab_size=vocab_size, seq_len=base_train.seq_len,
@@ -76,11 +78,16 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
   hp = hparams_lib.hparams_for_run(lc.hparams, n, C, base_train.seq_len,
                                    hparams_lib.Base.from_config(base_train),
                                    min_steps=lc.min_steps)
+  if hp.rule != "fixed" and hp.global_batch_size % batch_multiple:
+    gbs = max(batch_multiple, batch_multiple * round(hp.global_batch_size / batch_multiple))
+    steps = budget.steps_for_tokens(C / (6.0 * n), gbs * base_train.seq_len)
+    hp = dataclasses.replace(hp, global_batch_size=gbs, steps=steps, warmup_steps=min(
+        hp.warmup_steps, budget.max_warmup_steps(steps)))
   return LadderRun(run_id=f"{prefix}C{C:.2e}_N{n}", C_budget=float(C), N_target=float(n_target),
                    shape=shape, hparams=hp, role=role)
 
 
-def plan_runs(lc, base_train, vocab_size: int) -> list[LadderRun]:
+def plan_runs(lc, base_train, vocab_size: int, batch_multiple: int = 1) -> list[LadderRun]:
   """The ladder's runs, budget by budget, smallest N first.
 
   N_opt(C) = sqrt(C / (6 · tokens_per_param)) (C = 6·N·D with D = ratio·N), and
@@ -98,7 +105,7 @@ def plan_runs(lc, base_train, vocab_size: int) -> list[LadderRun]:
     seen: set[int] = set()
     for u in np.linspace(-1.0, 1.0, lc.sizes_per_budget):
       run = make_run(lc, base_train, C, n_opt * lc.spread ** u, vocab_size,
-                     exclude=frozenset(seen))
+                     exclude=frozenset(seen), batch_multiple=batch_multiple)
       seen.add(run.counts.total)
       runs.append(run)
   if lc.schedule == "wsd":
@@ -125,6 +132,12 @@ def _share_hparams_per_shape(lc, base_train, runs: list[LadderRun]) -> list[Ladd
     out.append(dataclasses.replace(r, hparams=dataclasses.replace(
         hp, steps=steps, warmup_steps=min(hp.warmup_steps, budget.max_warmup_steps(steps)))))
   return out
+
+
+def data_parallel_size(base, n_devices: int) -> int:
+  """data × fsdp of the base config's mesh on ``n_devices``: what a global batch must divide by."""
+  mesh = config_lib.resolve_mesh_shape(base.mesh, n_devices)
+  return int(mesh["data"] * mesh["fsdp"])
 
 
 def validate_ladder(lc) -> None:

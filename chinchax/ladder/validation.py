@@ -35,8 +35,9 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
   law = laws.law_from_dict(json.loads(pathlib.Path(fit_json).read_text()), name="fit")
   C = lc.validate_factor * lc.c_max
   n_opt = float(law.optimal_allocation(C)[0])
-  return grid.make_run(lc, plan.config.train_config.train, C, n_opt, plan.vocab,
-                       role="validation", prefix="V")
+  base = plan.config.train_config
+  return grid.make_run(lc, base.train, C, n_opt, plan.vocab, role="validation", prefix="V",
+                       batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
 
 
 def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,

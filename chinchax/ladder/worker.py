@@ -104,7 +104,8 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
   devices = list(jax.devices() if devices is None else devices)
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
   spec0 = train_lib.resolve(base, len(devices))
-  runs = grid.plan_runs(lc, base.train, spec0.model.vocab_size)
+  runs = grid.plan_runs(lc, base.train, spec0.model.vocab_size,
+                        batch_multiple=grid.data_parallel_size(base, len(devices)))
   short = [r for r in runs if r.hparams.short]
   if short:
     r = short[0]
@@ -192,6 +193,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
         "C_appendix_f": budget.chinchilla_flops_per_token(r.shape) * summary["tokens"],
         "final_train_loss": summary["final_train_loss"],
         "final_eval_loss": summary["final_eval_loss"],
+        "final_eval_loss_se": summary.get("final_eval_loss_se"),
         "final_eval_bits_per_byte": summary["final_eval_bits_per_byte"],
         "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total,
                                   cfg.train.global_batch_size * cfg.train.seq_len),
@@ -314,11 +316,11 @@ def work(plan: LadderPlan, *, owner: str | None = None, on_claim=None, on_row=No
              "attempts": held.attempt - 1, "worker": owner,
              "error": f"RunAbandoned: its worker died or was lost in each of "
                       f"{held.attempt - 1} attempts (ladder.max_attempts={lc.max_attempts})"}
-    elif not plan.ready(r):  # a wsd cooldown whose trunk failed for good
+    elif not plan.ready(r):  # a wsd cooldown whose trunk failed (a later attempt may find it)
       row = {"run_id": r.run_id, "C_budget": r.C_budget, "N": r.counts.total, "status": "failed",
-             "attempts": lc.max_attempts, "worker": owner,
+             "attempts": held.attempt, "worker": owner,
              "error": f"TrunkFailed: its wsd trunk {wsd_lib.depends_on(plan.wsd_plans, r)[0]} "
-                      f"failed {lc.max_attempts} times"}
+                      f"failed, so its branch checkpoint does not exist"}
     else:
       if on_claim is None:
         say(f"worker {owner}: run {r.run_id} (lease {held.gen}, attempt {held.attempt})")
@@ -348,7 +350,7 @@ def _claim_first(plan, table, leases, order, failed_here):
   recorded the run); the lease's attempt is set and written at once.
   """
   for r in order:
-    if not plan.ready(r) and not _trunk_failed(plan, table, r):
+    if not plan.ready(r) and not _trunk_failed(plan, table, r, failed_here):
       continue  # a wsd cooldown whose branch checkpoint is not saved yet
     held = leases.try_claim(r.run_id)
     if held is None:
@@ -364,14 +366,17 @@ def _claim_first(plan, table, leases, order, failed_here):
   return None
 
 
-def _trunk_failed(plan: LadderPlan, table: table_lib.ResultsTable, r: grid.LadderRun) -> bool:
-  """Whether ``r`` is a wsd cooldown whose trunk is recorded failed and will not be retried."""
+def _trunk_failed(plan: LadderPlan, table: table_lib.ResultsTable, r: grid.LadderRun,
+                  failed_here: set[str]) -> bool:
+  """Whether ``r`` is a wsd cooldown whose trunk is recorded failed and will not be retried by
+  this worker (it failed here, or ``ladder.max_attempts`` times)."""
   dep = None if plan.wsd_plans is None else wsd_lib.depends_on(plan.wsd_plans, r)
   if dep is None:
     return False
   row = table.rows.get(dep[0])
   return (row is not None and row.get("status") != "done"
-          and row.get("attempts", 1) >= plan.config.ladder.max_attempts)
+          and (dep[0] in failed_here
+               or row.get("attempts", 1) >= plan.config.ladder.max_attempts))
 
 
 def run_under_lease(plan, r, held: lease_lib.Lease, heartbeat_s: float) -> dict | None:

@@ -50,7 +50,8 @@ class RunData:
     directory: the token store's directory.
     train_split, val_split: the store's splits.
     batches: the training batches, a pure function of (seed, step).
-    evals: the fixed eval batches, host int32 [b, T+1] each.
+    evals: the fixed eval batches, host int32 [b, T+1] each (``train.eval_windows`` = 0).
+    windows: the fixed eval windows (``train.eval_windows`` > 0; then ``evals`` is empty).
   """
 
   directory: pathlib.Path
@@ -58,6 +59,7 @@ class RunData:
   val_split: store_lib.TokenSplit
   batches: pipeline_lib.TrainBatches
   evals: list
+  windows: pipeline_lib.EvalWindows | None = None
 
   def train_bits_per_byte(self, nats: float) -> float:
     return store_lib.bits_per_byte(nats, self.train_split.n_tokens, self.train_split.n_bytes)
@@ -67,7 +69,7 @@ class RunData:
 
 
 def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = None,
-                 on_scan=None) -> RunData:
+                 on_scan=None, eval_rows: tuple[int, int] | None = None) -> RunData:
   """Builds/loads the store and the train/eval pipelines; raises DataError before any compile.
 
   In a multi-process run process 0 builds the token store first while the others
@@ -79,6 +81,14 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
       reads (default: an equal contiguous share by process index).
     on_scan: called with the corpus fingerprint before the store is built
       (``builder.build``).
+    eval_rows: with ``train.eval_windows`` > 0, the rows [r0, r1) of every
+      eval chunk (``pipeline.eval_chunk_rows`` rows) this process reads
+      (default: an equal contiguous share by process index).
+
+  Raises:
+    DataError: see ``builder.prepare``, ``pipeline.TrainBatches`` and
+      ``pipeline.eval_batches``; with ``train.eval_windows`` > 0, a validation
+      split of fewer windows (``pipeline.eval_windows``).
   """
   with distributed_lib.process_zero_first("chinchax:token-store"):
     directory = builder_lib.prepare(
@@ -92,6 +102,14 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
   batches = pipeline_lib.TrainBatches(
       train_split, spec.seq_len, spec.global_batch_size, spec.steps, config.seed,
       allow_repeat=config.data.allow_repeat, rows=rows)
+  if config.train.eval_windows:
+    chunk = pipeline_lib.eval_chunk_rows(spec.mesh["data"] * spec.mesh["fsdp"])
+    if eval_rows is None:
+      per_proc = chunk // jax.process_count()
+      eval_rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
+    windows = pipeline_lib.eval_windows(val_split, spec.seq_len, config.train.eval_windows,
+                                        chunk, rows=eval_rows)
+    return RunData(directory, train_split, val_split, batches, [], windows)
   evals = pipeline_lib.eval_batches(val_split, spec.seq_len, spec.global_batch_size,
                                     config.train.eval_batches, rows=rows)
   return RunData(directory, train_split, val_split, batches, evals)
@@ -110,6 +128,7 @@ class _StepLog:
     self.spec, self.data, self.metrics, self.bar = spec, data, metrics, bar
     self.flops_per_step, self.peak_total = flops_per_step, peak_total
     self.eval_loss = float("nan")
+    self.eval_loss_se = None  # standard error over the fixed eval windows (train.eval_windows > 0)
     self.timed_steps, self.timed_seconds = 0, 0.0
     self.compile_s = None
     self._pending = None
@@ -195,6 +214,54 @@ def _evaluate(program: step_lib.TrainProgram, params, evals) -> float:
   return float(np.mean(jax.device_get(losses)))
 
 
+def window_stats(losses) -> tuple[float, float]:
+  """(mean, standard error of the mean) of per-window losses, nats/token.
+
+  SE = s / √n with s the sample standard deviation (n - 1 in its denominator)
+  of the n per-window mean losses, treating windows as independent draws; NaN
+  for one window.
+  """
+  x = np.asarray(losses, dtype=np.float64)
+  se = float(np.std(x, ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+  return float(np.mean(x)), se
+
+
+class _Evaluator:
+  """The run's eval: (params) → (mean eval loss, its standard error or None).
+
+  ``train.eval_windows`` = 0: :func:`_evaluate` over the eval batches (no SE).
+  Otherwise one jitted per-row eval (``step.jit_eval_rows``) per chunk of the
+  fixed windows, all dispatched before one fetch; the padded rows are dropped
+  and :func:`window_stats` gives the mean and SE over the windows. With
+  ``train.curve_eval_windows`` = k > 0 the evals before the last step (the
+  loss-vs-compute curve) read only about k of the windows: whole chunks
+  evenly spaced over the set, the same chunks at every step; the final eval
+  reads them all.
+  """
+
+  def __init__(self, program: step_lib.TrainProgram, data: RunData, curve_windows: int = 0):
+    self.program, self.data = program, data
+    self._rows = None if data.windows is None else step_lib.jit_eval_rows(program)
+    self._curve_chunks = None
+    w = data.windows
+    if w is not None and 0 < curve_windows < w.n_windows:
+      n_full = max(1, w.n_windows // w.chunk_rows)
+      k = min(n_full, -(-curve_windows // w.chunk_rows))
+      self._curve_chunks = sorted({int(i) for i in np.linspace(0, n_full - 1, k).round()})
+
+  def __call__(self, params, final: bool = True) -> tuple[float, float | None]:
+    w = self.data.windows
+    if w is None:
+      return _evaluate(self.program, params, self.data.evals), None
+    sh = self.program.batch_sharding
+    idx = range(len(w.chunks)) if final or self._curve_chunks is None else self._curve_chunks
+    out = jax.device_get([self._rows(params, step_lib.global_batch(sh, w.chunks[i], w.chunk_rows))
+                          for i in idx])
+    if len(idx) == len(w.chunks):
+      return window_stats(w.losses(out))
+    return window_stats(np.concatenate([np.asarray(c, dtype=np.float64) for c in out]))
+
+
 def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainProgram,
                      init_src: checkpoint_lib.InitSource | None, workdir: pathlib.Path):
   """(state, resumed, init): the latest checkpoint of this run onto the mesh; else the
@@ -214,7 +281,7 @@ def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainP
 
 
 def _run_steps(config, program, data: RunData, state, start_step: int,
-               ckpt: checkpoint_lib.Checkpointer, log: _StepLog, say):
+               ckpt: checkpoint_lib.Checkpointer, log: _StepLog, say, evaluate: _Evaluator):
   """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
 
   Raises:
@@ -237,8 +304,10 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       log.defer(done, metrics, extra)  # written at the next step: eval fills ``extra`` first
       _check_finite(config, log, ckpt, done)
       if is_eval:
-        log.eval_loss = _evaluate(program, state["params"], data.evals)
+        log.eval_loss, log.eval_loss_se = evaluate(state["params"], final=is_last)
         extra["eval_loss"] = log.eval_loss
+        if log.eval_loss_se is not None:
+          extra["eval_loss_se"] = log.eval_loss_se
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
       if is_last or done % t.checkpoint_every == 0 or done in ckpt.save_steps:
         _save(config, log, ckpt, done, state, force=is_last)
@@ -319,7 +388,12 @@ def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
 def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final_step: int,
              unigram: float, peak_src: str, resumed: bool, wall_s: float,
              init: dict | None = None) -> dict:
-  """The run's summary (also written to ``summary.json``): tokens, N, C, losses, speed."""
+  """The run's summary (also written to ``summary.json``): tokens, N, C, losses, speed.
+
+  ``final_eval_loss_se`` is the standard error of ``final_eval_loss`` over the
+  ``eval_windows`` fixed windows (:func:`window_stats`); None when
+  ``train.eval_windows`` = 0 (eval batches, no SE).
+  """
   train_loss, eval_loss = log.last_train_loss, log.eval_loss
   timed = log.timed_steps > 0
   step_time = log.timed_seconds / log.timed_steps if timed else float("nan")
@@ -331,9 +405,12 @@ def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final
       "params_non_embedding": spec.counts.non_embedding, "params_embedding": spec.counts.embedding,
       "C_6nd": spec.flops_6nd, "tokens_per_param": spec.tokens_per_param,
       "final_train_loss": train_loss, "final_eval_loss": eval_loss,
+      "final_eval_loss_se": _json_float(log.eval_loss_se),
+      "eval_windows": 0 if data.windows is None else data.windows.n_windows,
       "final_train_bits_per_byte": data.train_bits_per_byte(train_loss),
       "tokenizer": manifest["tokenizer"]["name"], "val_bytes": data.val_split.n_bytes,
-      "eval_tokens": len(data.evals) * spec.global_batch_size * spec.seq_len,
+      "eval_tokens": (len(data.evals) * spec.global_batch_size * spec.seq_len
+                      if data.windows is None else data.windows.n_windows * spec.seq_len),
       "final_eval_bits_per_byte": data.val_bits_per_byte(eval_loss),
       "val_unigram_entropy_nats": unigram,
       "val_unigram_entropy_bits_per_byte": data.val_bits_per_byte(unigram),
@@ -346,6 +423,11 @@ def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
   }
+
+
+def _json_float(x: float | None) -> float | None:
+  """``x``, or None for None or NaN (an SE of one window)."""
+  return None if x is None or not math.isfinite(x) else float(x)
 
 
 # What only a run that took steps measures: a rerun of a finished run keeps the earlier figures.
@@ -367,8 +449,11 @@ def _report(s: dict, spec, say) -> None:
   """The result lines: steps and tokens, losses vs the unigram entropy, speed."""
   say(f"done    step {s['steps']}/{spec.steps}, tokens {s['tokens']:,} "
       f"(planned D {spec.tokens:,})")
+  se = s["final_eval_loss_se"]
+  over = (f" ± {se:.4f} (s.e. over {s['eval_windows']:,} windows)" if se is not None else "")
   say(f"loss    final train {s['final_train_loss']:.4f} nats/token; final eval "
-      f"{s['final_eval_loss']:.4f} nats/token = {s['final_eval_bits_per_byte']:.3f} bits/byte")
+      f"{s['final_eval_loss']:.4f}{over} nats/token = {s['final_eval_bits_per_byte']:.3f} "
+      f"bits/byte")
   say(f"        val unigram entropy {s['val_unigram_entropy_nats']:.4f} nats/token = "
       f"{s['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
       f"{100 * abs(s['eval_below_unigram']):.1f}% "
@@ -425,8 +510,12 @@ def train(config, devices=None, verbose: bool = True) -> dict:
 
   rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
                                            spec.global_batch_size)
+  eval_rows = (distributed_lib.process_row_range(
+      sharding_lib.batch_sharding(mesh),
+      pipeline_lib.eval_chunk_rows(spec.mesh["data"] * spec.mesh["fsdp"]))
+      if config.train.eval_windows else None)
   data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
-      workdir, "store_fingerprint", fp))
+      workdir, "store_fingerprint", fp), eval_rows=eval_rows)
   say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
       f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs")
   if init_src is not None:
@@ -457,10 +546,11 @@ def train(config, devices=None, verbose: bool = True) -> dict:
                          enabled=config.train.progress and primary and start_step < spec.steps)
   log = _StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary), bar,
                  budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step, peak_total)
-  state = _run_steps(config, program, data, state, start_step, ckpt, log, say)
+  evaluate = _Evaluator(program, data, config.train.curve_eval_windows)
+  state = _run_steps(config, program, data, state, start_step, ckpt, log, say, evaluate)
 
   if math.isnan(log.eval_loss):
-    log.eval_loss = _evaluate(program, state["params"], data.evals)
+    log.eval_loss, log.eval_loss_se = evaluate(state["params"])
   summary = _summary(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
                      unigram=unigram, peak_src=peak_src, resumed=resumed,
                      wall_s=time.time() - t_start, init=init)

@@ -73,6 +73,27 @@ def make_eval_step(graphdef) -> Callable:
   return eval_step
 
 
+def make_eval_rows_step(graphdef) -> Callable:
+  """The pure per-row eval: (params, batch int32 [B, T+1]) → float32 [B] mean cross-entropy
+  (nats/token) of each row, the same terms as :func:`loss_terms` averaged over T only."""
+
+  def eval_rows_step(params, batch_BT1):
+    logits_BTV = nnx.merge(graphdef, params)(batch_BT1[:, :-1]).astype(jnp.float32)
+    log_z_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
+    target_logit_BT = jnp.take_along_axis(logits_BTV, batch_BT1[:, 1:, None], axis=-1)[..., 0]
+    return jnp.mean(log_z_BT - target_logit_BT, axis=-1)
+
+  return eval_rows_step
+
+
+def jit_eval_rows(program: "TrainProgram") -> Callable:
+  """:func:`make_eval_rows_step` jitted on ``program``'s mesh: params and batch as in the
+  eval step, the [B] losses replicated so every process can read them all."""
+  return jax.jit(make_eval_rows_step(program.graphdef),
+                 in_shardings=(program.shardings["params"], program.batch_sharding),
+                 out_shardings=NamedSharding(program.mesh, jax.sharding.PartitionSpec()))
+
+
 def global_batch(batch_sh, local_BT1, global_batch_size: int) -> jax.Array:
   """This process's rows int32 [b, T+1] of a batch → the global [global_batch_size, T+1] array."""
   return jax.make_array_from_process_local_data(
