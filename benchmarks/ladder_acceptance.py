@@ -1,0 +1,146 @@
+"""A finished ladder's figures against the targets of a trustworthy miniature ladder.
+
+    python benchmarks/ladder_acceptance.py WORKDIR [--wall-s SECONDS] [--json OUT]
+
+Reads WORKDIR/results.jsonl and WORKDIR/fit/fit.json (``chinchax ladder``'s
+outputs) and prints, as markdown:
+
+* the span of the grid (decades of C) and the wall time (``--wall-s``, as
+  timed by ``benchmarks/ladder_acceptance.sh``);
+* throughput: Σ 6·N·D over every run (grid and validation) / wall time, and
+  as a share of this host's measured float32 matmul peak (the calibration
+  ``chinchax train`` caches, ``chinchax.train.mfu``); the median per-run MFU;
+* each approach's exponent a with its 95% bootstrap interval and width, the
+  largest gap between the approaches' a, Approach 3's E (and whether it sits
+  on a bound of its interval or near 0);
+* the mean absolute residual of Approach 2's IsoFLOP parabolas (loss against
+  the fitted quadratic in ln N, every size of the budgets it used);
+* the validation run's predicted vs measured loss.
+
+Targets: ≥ 1.5 decades, a within 0.05 across approaches, each interval
+narrower than 0.15, E > 0.05, parabola residual ≤ 0.01 nats, |rel_error| ≤ 2%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import statistics
+import sys
+
+import numpy as np
+
+
+def _rows(workdir: pathlib.Path) -> list[dict]:
+  return [json.loads(line) for line in (workdir / "results.jsonl").read_text().splitlines()
+          if line.strip()]
+
+
+def _peak_flops() -> tuple[float, str]:
+  """The host's float32 matmul peak as chinchax calibrated it on one CPU device (both cores:
+  the figure every ladder run's MFU is measured against)."""
+  path = pathlib.Path("~/.cache/chinchax/cpu_peak_flops.json").expanduser()
+  try:
+    data = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return math.nan, "not measured (run chinchax train once)"
+  one = [v for k, v in data.items() if k.endswith("|1 devices")]
+  return (float(one[0]), f"{path} (1 device)") if one else (math.nan, f"no 1-device entry: {path}")
+
+
+def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:
+  rows = [r for r in _rows(workdir) if r.get("status") == "done"]
+  grid = [r for r in rows if r.get("role", "grid") != "validation"]
+  fit = json.loads((workdir / "fit" / "fit.json").read_text())
+  budgets = sorted({r["C_budget"] for r in grid})
+  flops = sum(6.0 * r["N"] * r["D"] for r in rows)
+  peak, peak_src = _peak_flops()
+  out = {"runs": len(grid), "validation_runs": len(rows) - len(grid), "budgets": budgets,
+         "decades": math.log10(budgets[-1] / budgets[0]), "wall_s": wall_s,
+         "flops_6nd": flops, "run_seconds": sum(r.get("wall_time_s", 0.0) for r in rows),
+         "peak_flops": peak, "peak_source": peak_src,
+         "median_run_mfu": statistics.median(r["mfu"] for r in rows if r.get("mfu") == r.get("mfu"))}
+  if wall_s:
+    out["throughput_flops_per_s"] = flops / wall_s
+    out["share_of_peak"] = flops / wall_s / peak
+  a = {}
+  for k in ("1", "2", "3"):
+    d = fit.get(f"approach{k}", {})
+    if d.get("status") == "ok":
+      lo, hi = (d.get("ci") or {}).get("a", [math.nan, math.nan])
+      a[k] = {"a": d["a"], "ci": [lo, hi], "width": hi - lo}
+  out["a"] = a
+  vals = [v["a"] for v in a.values()]
+  out["a_gap"] = max(vals) - min(vals) if vals else math.nan
+  d3 = fit.get("approach3", {})
+  if d3.get("status") == "ok":
+    lo, hi = d3["ci"]["E"]
+    out["E"] = {"E": d3["E"], "ci": [lo, hi], "best_start_on_grid_edge": d3["best_start_on_grid_edge"],
+                "optimum_inside_grid": d3["optimum_inside_grid"]}
+  by_id = {r["run_id"]: r for r in grid}
+  res = []
+  for b in fit.get("approach2", {}).get("budgets", []):
+    if b.get("status") != "ok":
+      continue
+    lo, hi = b["N_fitted"]
+    for r in grid:
+      if math.isclose(r["C_budget"], b["C"], rel_tol=1e-6) and lo <= r["N"] <= hi:
+        res.append(abs(r["final_eval_loss"] - np.polyval(b["coeffs"], math.log(r["N"]))))
+  out["parabola_mean_abs_residual"] = float(np.mean(res)) if res else math.nan
+  out["eval_noise"] = fit.get("input", {}).get("eval_noise")
+  out["validation"] = fit.get("validation")
+  del by_id
+  return out
+
+
+def markdown(f: dict) -> str:
+  ok = lambda c: "yes" if c else "**no**"  # noqa: E731
+  lines = ["| figure | value | target | met |", "|---|---|---|---|"]
+  lines.append(f"| grid | {f['runs']} runs, {len(f['budgets'])} budgets "
+               f"{f['budgets'][0]:.3g}–{f['budgets'][-1]:.3g} FLOPs ({f['decades']:.2f} decades) "
+               f"| ≥ 1.5 decades | {ok(f['decades'] >= 1.5 - 1e-9)} |")
+  if f.get("wall_s"):
+    lines.append(f"| wall time | {f['wall_s'] / 60:.1f} min | ≤ 15 min | {ok(f['wall_s'] <= 900)} |")
+    lines.append(f"| throughput (Σ 6ND / wall) | {f['throughput_flops_per_s'] / 1e9:.2f} GFLOP/s = "
+                 f"{100 * f['share_of_peak']:.1f}% of the measured matmul peak "
+                 f"{f['peak_flops'] / 1e9:.1f} GFLOP/s | ≥ 25% | {ok(f['share_of_peak'] >= 0.25)} |")
+  lines.append(f"| median run MFU | {100 * f['median_run_mfu']:.1f}% | | |")
+  for k, v in f["a"].items():
+    lines.append(f"| Approach {k} a | {v['a']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}] "
+                 f"(width {v['width']:.3f}) | width < 0.15 | {ok(v['width'] < 0.15)} |")
+  lines.append(f"| largest gap in a | {f['a_gap']:.3f} | ≤ 0.05 | {ok(f['a_gap'] <= 0.05)} |")
+  if "E" in f:
+    e = f["E"]
+    inside = e["ci"][0] > 1e-3 and not e["best_start_on_grid_edge"]
+    lines.append(f"| Approach 3 E | {e['E']:.3f} [{e['ci'][0]:.3g}, {e['ci'][1]:.3g}], best start "
+                 f"{'on' if e['best_start_on_grid_edge'] else 'inside'} the grid's edge | > 0.05, "
+                 f"not on a bound | {ok(e['E'] > 0.05 and inside)} |")
+  lines.append(f"| parabola mean abs residual | {f['parabola_mean_abs_residual']:.4f} nats | ≤ 0.01 "
+               f"| {ok(f['parabola_mean_abs_residual'] <= 0.01)} |")
+  if f.get("eval_noise"):
+    lines.append(f"| eval noise floor (median s.e.) | {f['eval_noise'].get('median_se')} | | |")
+  v = f.get("validation")
+  if v and v.get("rel_error") is not None:
+    lines.append(f"| validation C={v['C']:.3g}, N={v['N']:,.0f} | predicted {v['predicted_loss']:.4f},"
+                 f" measured {v['measured_loss']:.4f} ({100 * v['rel_error']:+.2f}%) | ≤ 2% | "
+                 f"{ok(abs(v['rel_error']) <= 0.02)} |")
+  return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("workdir", type=pathlib.Path)
+  p.add_argument("--wall-s", type=float, default=None, help="the ladder's wall time, seconds")
+  p.add_argument("--json", type=pathlib.Path, default=None, help="also write the figures here")
+  args = p.parse_args(argv)
+  f = figures(args.workdir, args.wall_s)
+  print(markdown(f))
+  if args.json:
+    args.json.write_text(json.dumps(f, indent=2, default=float))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
