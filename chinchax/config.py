@@ -219,8 +219,12 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
   if name == "default":
     return c
   if name == "gutenberg":
+    # BPE tokens carry ~2.5 bytes each: fewer tokens per parameter are optimal, and the
+    # 1024-token vocabulary keeps the embedding from dominating N at these sizes.
     c.workdir = "runs/ladder-gutenberg"
-    c.train_config.data.update(source="files", paths="../shared/corpora/gutenberg-en/*.txt")
+    c.ladder.update(c_min=8e10, c_max=2.56e12, tokens_per_param=25.0)
+    c.train_config.data.update(source="files", paths="../shared/corpora/gutenberg-en/*.txt",
+                               tokenizer="bpe", bpe_vocab_size=1024)
     return c
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"

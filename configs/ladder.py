@@ -5,9 +5,13 @@ Workers: `--config.ladder.workers=2` (local processes), `--config.ladder.worker=
 many sharing the workdir: launch/slurm_ladder.sbatch, tpu_ladder.sh, gke_ladder.yaml),
 `--config.ladder.status=True` (each run's state).
 
+Schedules and rules: `--config.ladder.schedule=wsd` (one trunk per shape, cooldowns off it),
+`--config.ladder.hparams=fixed|deepseek|porian`, `--config.ladder.validate=False`.
+
 Variants:
-  default    4 IsoFLOP budgets (5e10 … 5e11 FLOPs) × 5 sizes on the embedded stdlib corpus.
-  gutenberg  the same grid on ../shared/corpora/gutenberg-en/*.txt.
+  default    4 IsoFLOP budgets (2.5e10 … 8e11 FLOPs) × 5 sizes on the embedded stdlib corpus
+             (bytes), then a validation run at 3 × 8e11.
+  gutenberg  the same grid on ../shared/corpora/gutenberg-en/*.txt with a trained BPE tokenizer.
   tiny       3 × 3 very small runs, for tests.
 """
 

@@ -131,3 +131,27 @@ def test_eval_windows_must_be_a_count(bad):
   c.train.eval_windows = bad
   with pytest.raises(config_lib.ConfigError, match="train.eval_windows"):
     config_lib.validate(c)
+
+
+def test_curve_evals_read_an_evenly_spread_subset_and_the_final_eval_all(tiny_config):
+  """train.curve_eval_windows: intermediate evals average whole chunks spread over the set
+  (checked by hand), the final eval all windows."""
+  c = tiny_config.copy_and_resolve_references()
+  c.train.eval_windows = 4 * 64 + 10  # 4 full chunks and a padded one
+  c1 = c.copy_and_resolve_references()
+  c1.mesh.update(data=1, fsdp=1, tensor=1)
+  data, full, params, program = _evaluator(c1, jax.devices()[:1])
+  curve = loop_lib._Evaluator(program, data, curve_windows=100)  # -> 2 chunks: the 1st and 4th
+  w = data.windows
+  per_window = _by_hand(program, params, data.val_split, c.train.seq_len, w.window_ids)
+  mean_sub, se_sub = curve(params, final=False)
+  sub = np.concatenate([per_window[0:64], per_window[192:256]])
+  assert mean_sub == pytest.approx(sub.mean(), abs=1e-5)
+  assert se_sub == pytest.approx(sub.std(ddof=1) / math.sqrt(sub.size), rel=1e-3)
+  mean_all, _ = curve(params, final=True)
+  assert mean_all == pytest.approx(per_window.mean(), abs=1e-5)
+  assert mean_all == pytest.approx(full(params)[0], abs=1e-6)
+  with pytest.raises(config_lib.ConfigError, match="curve_eval_windows"):
+    bad = c.copy_and_resolve_references()
+    bad.train.curve_eval_windows = -1
+    config_lib.validate(bad)
