@@ -35,8 +35,8 @@ def test_ladder_shape_rule_is_smooth_and_monotone_in_N():
   assert ratios.max() < 1.9 and np.all(np.diff(ratios) < 0.1)     # steps shrink, never jump
   for d in widths:
     s = _ladder_shape(d)
-    assert s.n_layers == 2 and s.n_heads * s.head_dim == d and s.head_dim % 2 == 0
-    assert s.head_dim >= 16 or (d < 32 and s.n_heads == 1)
+    assert s.n_layers == 2 and s.n_heads == 2 and s.n_heads * s.head_dim == d
+    assert s.head_dim % 2 == 0 and (s.head_dim >= 16 or d < 32)
     assert abs(s.d_ff - 8 * d / 3) <= RULE.quantum / 2
 
 

@@ -14,10 +14,10 @@ named presets live in :data:`PRESETS`:
 * ``"ladder"`` — the IsoFLOP ladder's small models, one smooth family:
   a fixed depth (n_layers = 2) and the width d_model in steps of 4 from 8,
   so N grows strictly and smoothly with d_model along the grid (no depth
-  jumps: loss along an IsoFLOP profile changes only through width). Heads:
-  the most heads of at least 16 dimensions (an even head_dim) that divide
-  d_model; widths below 32 get one head. d_ff is the multiple of 4 nearest
-  8/3·d_model. Kaplan et al. 2020 (Sec. 3.1, Fig. 5) find loss at fixed N
+  jumps: loss along an IsoFLOP profile changes only through width). Two
+  heads at every width (head_dim = d_model / 2: >= 16 from d_model 32 on):
+  a head count that changes along the grid (1 → 2 → 3 heads, or back) puts
+  steps into the loss. d_ff is the multiple of 4 nearest 8/3·d_model. Kaplan et al. 2020 (Sec. 3.1, Fig. 5) find loss at fixed N
   flat within a few percent over aspect ratios ~20–200, which the fixed
   depth spans for d_model 40–400.
 
@@ -67,8 +67,8 @@ class ShapeRule:
       ``"band"`` — per width every depth inside the aspect band;
       ``"fixed"`` — ``min_layers`` layers at every width (the aspect band
       is not applied).
-    min_head_dim: when set, the head count is the largest h with
-      d_model / h an even integer >= this (1 head when none is), and
+    n_heads: when set, every width gets this many heads (head_dim =
+      d_model / n_heads; widths are multiples of 2·n_heads), and
       ``head_dims`` is not used.
   """
 
@@ -84,7 +84,7 @@ class ShapeRule:
   aspect_weight: float
   error_decimals: int | None
   depths: str
-  min_head_dim: int | None = None
+  n_heads: int | None = None
 
 
 ASPECT_RATIO_TARGET = 64.0
@@ -109,7 +109,7 @@ PRESETS: dict[str, ShapeRule] = {
     "ladder": ShapeRule(
         quantum=4, head_dims=(), min_heads=1, wide_head_dim=None, min_width=8, max_width=1024,
         min_layers=2, aspect_band=(0.0, math.inf), aspect_target=64.0, aspect_weight=0.0,
-        error_decimals=None, depths="fixed", min_head_dim=16),
+        error_decimals=None, depths="fixed", n_heads=2),
 }
 
 
@@ -161,10 +161,8 @@ def head_dim_for(d_model: int, accelerator: bool | None = None, *,
                  rule: ShapeRule | None = None) -> int:
   """head_dim by the shape rule (``rule``, else the plan preset for ``accelerator``)."""
   rule = rule or rule_for(bool(accelerator))
-  if rule.min_head_dim is not None:
-    heads = [h for h in range(1, d_model // rule.min_head_dim + 1)
-             if d_model % h == 0 and (d_model // h) % 2 == 0]
-    return d_model // max(heads, default=1)
+  if rule.n_heads is not None:
+    return d_model // rule.n_heads
   if rule.wide_head_dim is not None and d_model >= rule.wide_head_dim[0]:
     return rule.wide_head_dim[1]
   for hd in rule.head_dims:
