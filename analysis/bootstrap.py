@@ -1,8 +1,19 @@
-"""Percentile bootstrap intervals of each approach's parameters, by resampling runs.
+"""Percentile bootstrap intervals of each approach's parameters.
 
-Approaches 1 and 2 resample runs within each IsoFLOP budget; Approach 3
-resamples all runs together, as Besiroglu et al. 2024 ("Chinchilla Scaling: A
-replication attempt", arXiv 2404.10102) do.
+Two ways of drawing replicates (:data:`METHODS`):
+
+* ``"residuals"`` (the default): the sizes, token counts and budgets of a
+  ladder are a designed, fixed set, so each replicate keeps them and resamples
+  the noise instead: every run's loss is multiplied by exp(e), e drawn with
+  replacement from the pooled residuals in ln L of per-budget quadratics in
+  ln N (model-based resampling for a fixed design: Efron & Tibshirani 1993,
+  "An Introduction to the Bootstrap", Sec. 9.5; Davison & Hinkley 1997,
+  "Bootstrap Methods and their Application", Sec. 6.2-6.3).
+* ``"runs"``: runs resampled with replacement, within each IsoFLOP budget for
+  Approaches 1 and 2 and all together for Approach 3, as Besiroglu et al. 2024
+  ("Chinchilla Scaling: A replication attempt", arXiv 2404.10102) do. On a
+  small ladder a resample of 5 sizes often keeps only 2-3 distinct ones, so
+  parabolas fail and the intervals are far wider than the noise.
 """
 
 from __future__ import annotations
@@ -15,10 +26,15 @@ import numpy as np
 
 from analysis import approach3
 from analysis.approaches import FitOptions, check_approach, fit_approach
-from analysis.errors import FitError
+from analysis.errors import FitError, FitOptionError
 from analysis.runs import Runs
 
 CI_LEVEL = 0.95
+METHODS = ("residuals", "runs")   # ways of drawing replicates; the first is the default
+DEFAULT_METHOD = METHODS[0]
+QUADRATIC_PARAMS = 3      # parameters of a per-budget quadratic in ln N (the p of n - p)
+MIN_SIZES_FOR_RESIDUALS = 4   # a budget gives residuals only with at least this many sizes
+MIN_RESIDUAL_DOF = 4      # fewer pooled residual degrees of freedom: fall back to "runs"
 
 
 def percentile_interval(samples, level: float = CI_LEVEL, axis: int | None = None):
@@ -38,7 +54,7 @@ def percentile_interval(samples, level: float = CI_LEVEL, axis: int | None = Non
 
 @dataclasses.dataclass
 class BootstrapResult:
-  """Percentile bootstrap over runs.
+  """Percentile bootstrap of one approach.
 
   Attributes:
     n_resamples: replicates requested.
@@ -52,12 +68,18 @@ class BootstrapResult:
     frontier_N: (lo, hi) of N_opt(C) over replicates, each shape (P,).
     frontier_D: (lo, hi) of D_opt(C), each shape (P,).
     wall_time_s: seconds spent.
-    method: one line on how replicates were drawn and fitted.
+    method: one line on how replicates were drawn and fitted (for
+      "residuals": the pooled residual s.d. and its degrees of freedom; a
+      fallback to "runs" says why).
     failures: why replicates failed -> how many (the fit's message without
       its parenthesised details).
     budgets_left_out: Approach 2: budget C -> in how many successful
       replicates its parabola was left out (edge, flat, ...); budgets never
       left out are absent.
+    resampling: the method used, "residuals" or "runs" (also "runs" after a
+      fallback).
+    residual_sd: "residuals": the pooled residual s.d. in ln L; else None.
+    residual_dof: "residuals": its degrees of freedom; else None.
   """
 
   n_resamples: int
@@ -74,6 +96,105 @@ class BootstrapResult:
   method: str
   failures: dict[str, int] = dataclasses.field(default_factory=dict)
   budgets_left_out: dict[float, int] = dataclasses.field(default_factory=dict)
+  resampling: str = "runs"
+  residual_sd: float | None = None
+  residual_dof: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualPool:
+  """The residuals that the ``"residuals"`` bootstrap draws from.
+
+  Attributes:
+    residuals: pooled residuals in ln L, each inflated by sqrt(n / (n - 3))
+      of its budget and the pool centred to mean 0, shape (M,).
+    sd: pooled residual standard deviation, sqrt(sum of squared raw
+      residuals / dof), in ln L (about the relative noise of a loss).
+    dof: residual degrees of freedom, the sum over budgets of n - 3.
+    budgets: the budgets that gave residuals, FLOPs, shape (K,).
+  """
+
+  residuals: np.ndarray
+  sd: float
+  dof: int
+  budgets: np.ndarray
+
+
+def check_method(method: str) -> None:
+  """Raises FitOptionError unless ``method`` is one of :data:`METHODS`."""
+  if method not in METHODS:
+    raise FitOptionError(f"unknown bootstrap method {method!r}; valid: {', '.join(METHODS)}")
+
+
+def residual_pool(runs: Runs) -> ResidualPool:
+  """The pooled residuals in ln L of per-budget quadratics in ln N.
+
+  Each budget with at least :data:`MIN_SIZES_FOR_RESIDUALS` distinct sizes is
+  fitted by ordinary least squares, ln L = c0 + c1 x + c2 x^2 with x = ln N
+  (centred); its n residuals are multiplied by sqrt(n / (n - p)), p = 3, so
+  that their mean square estimates the noise variance (the degrees-of-freedom
+  form of the modified residuals of Davison & Hinkley 1997, Sec. 6.2, with the
+  average leverage p / n in place of each run's), and the pool over all
+  budgets is centred (ibid.). Runs of weight 0 are left out (the fits ignore them);
+  weights otherwise do not enter.
+
+  Args:
+    runs: the table, R runs.
+
+  Returns:
+    A :class:`ResidualPool`; with no budget of 4 or more sizes, an empty pool
+    with dof 0.
+  """
+  pieces, rss, dof, used = [], 0.0, 0, []
+  keep = np.ones(len(runs), bool) if runs.weight is None else runs.weight > 0
+  for C in runs.budgets():
+    members = np.flatnonzero((runs.budget == C) & keep)
+    n = members.size
+    if np.unique(runs.N[members]).size < MIN_SIZES_FOR_RESIDUALS:
+      continue
+    x = np.log(runs.N[members])
+    x = x - x.mean()
+    y = np.log(runs.loss[members])
+    X = np.stack([np.ones_like(x), x, x * x], axis=1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    r = y - X @ coef
+    rss += float(r @ r)
+    dof += n - QUADRATIC_PARAMS
+    pieces.append(r * np.sqrt(n / (n - QUADRATIC_PARAMS)))
+    used.append(float(C))
+  if not pieces:
+    return ResidualPool(residuals=np.zeros(0), sd=float("nan"), dof=0, budgets=np.zeros(0))
+  pool = np.concatenate(pieces)
+  return ResidualPool(residuals=pool - pool.mean(), sd=float(np.sqrt(rss / dof)), dof=dof,
+                      budgets=np.array(used))
+
+
+def residual_replicate(runs: Runs, pool: ResidualPool, rng: np.random.Generator) -> Runs:
+  """One replicate of the ``"residuals"`` bootstrap: the same runs with resampled noise.
+
+  Run i's final loss becomes loss_i · exp(e_i), e_i drawn with replacement
+  from ``pool.residuals`` (Efron & Tibshirani 1993, Sec. 9.5); its eval curve,
+  if any, is multiplied by the same exp(e_i). N, D, budgets, run ids, weights
+  and the eval-noise columns are kept.
+
+  Args:
+    runs: R runs.
+    pool: from :func:`residual_pool` (non-empty).
+    rng: numpy Generator.
+
+  Returns:
+    :class:`Runs` of the same R runs in the same order.
+
+  Raises:
+    ValueError: an empty pool.
+  """
+  if pool.residuals.size == 0:
+    raise ValueError("the residual pool is empty: no budget has 4 or more sizes")
+  factor = np.exp(rng.choice(pool.residuals, size=len(runs), replace=True))
+  curves = None
+  if runs.curves is not None:
+    curves = tuple(np.column_stack([c[:, 0], c[:, 1] * f]) for c, f in zip(runs.curves, factor))
+  return dataclasses.replace(runs, loss=runs.loss * factor, curves=curves)
 
 
 def _resample_indices(runs: Runs, rng: np.random.Generator, stratified: bool) -> np.ndarray:
@@ -88,12 +209,18 @@ def _resample_indices(runs: Runs, rng: np.random.Generator, stratified: bool) ->
 
 def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: int = 0,
               frontier_C: np.ndarray | None = None, level: float = CI_LEVEL,
-              n_extra_starts: int = 4, options: FitOptions | None = None) -> BootstrapResult:
-  """Bootstrap confidence intervals for one approach by resampling runs with replacement.
+              n_extra_starts: int = 4, options: FitOptions | None = None,
+              method: str = DEFAULT_METHOD) -> BootstrapResult:
+  """Bootstrap confidence intervals for one approach (percentile intervals).
 
-  Approaches 1 and 2 resample runs within each IsoFLOP budget (every budget
-  keeps its number of runs); Approach 3 resamples all runs together, as
-  Besiroglu et al. 2024 do. Intervals are percentile intervals.
+  ``method="residuals"`` keeps every run's N, D and budget and multiplies its
+  loss (and eval curve) by exp(e), e drawn from :func:`residual_pool` of the
+  whole table (:func:`residual_replicate`); with fewer than
+  :data:`MIN_RESIDUAL_DOF` residual degrees of freedom it falls back to
+  ``"runs"`` and ``method`` of the result says why. ``method="runs"``
+  resamples runs with replacement: within each IsoFLOP budget for Approaches 1
+  and 2 (every budget keeps its number of runs), all together for Approach 3,
+  as Besiroglu et al. 2024 do.
 
   For Approach 3, each replicate starts L-BFGS from the full-data optimum plus
   ``n_extra_starts`` points drawn from the 4500-point grid instead of the
@@ -118,17 +245,31 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
       full-data optimum.
     options: the full fit's :class:`~analysis.approaches.FitOptions` (window,
       loss, start grid); None: Chinchilla's choices.
+    method: "residuals" or "runs" (:data:`METHODS`).
 
   Returns:
     A :class:`BootstrapResult` (intervals for every parameter and exponent).
+
+  Raises:
+    ValueError: an unknown approach, or ``n_resamples`` < 1.
+    FitOptionError: an unknown ``method``.
   """
   check_approach(approach)
+  check_method(method)
   if n_resamples < 1:
     raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
   rng = np.random.default_rng(seed)
   if frontier_C is None:
     frontier_C = np.geomspace(runs.C.min(), runs.C.max(), 50)
   options = options or FitOptions()
+  pool = fallback = None
+  if method == "residuals":
+    pool = residual_pool(runs)   # the whole table's noise, before Approach 2 drops budgets
+    if pool.dof < MIN_RESIDUAL_DOF:
+      fallback = (f"residual resampling needs >= {MIN_RESIDUAL_DOF} residual degrees of freedom "
+                  f"(budgets with >= {MIN_SIZES_FOR_RESIDUALS} sizes, n - {QUADRATIC_PARAMS} "
+                  f"each), the table has {pool.dof}; fell back to resampling runs")
+      pool = None
   if approach == "2":  # budgets left out of the full fit stay out of every resample
     runs = runs.subset(np.flatnonzero(np.isin(runs.budget, [p.C for p in full.used])))
   grid = None
@@ -143,7 +284,10 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   left_out: dict[float, int] = {}
   used_in_full = {p.C for p in full.used} if approach == "2" else set()
   for _ in range(n_resamples):
-    sub = runs.subset(_resample_indices(runs, rng, stratified=approach != "3"))
+    if pool is not None:
+      sub = residual_replicate(runs, pool, rng)
+    else:
+      sub = runs.subset(_resample_indices(runs, rng, stratified=approach != "3"))
     starts = None
     if approach == "3":
       extra = grid[rng.choice(len(grid), size=n_extra_starts, replace=False)]
@@ -178,13 +322,26 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
     ci = {k: (float("nan"), float("nan")) for k in names}
     std = {k: float("nan") for k in names}
     fN = fD = (np.full(len(frontier_C), np.nan), np.full(len(frontier_C), np.nan))
-  if approach == "3":
-    method = (f"{n_resamples} resamples of all runs with replacement (seed {seed}); L-BFGS from "
-              f"the full-data optimum plus {n_extra_starts} grid points per resample")
+  if pool is not None:
+    line = (f"{n_resamples} replicates resampling residuals (seed {seed}): each run's loss and "
+            f"eval curve times exp(e), e drawn with replacement from {pool.residuals.size} "
+            f"pooled, centred residuals in ln L of quadratics in ln N over "
+            f"{pool.budgets.size} budgets (inflated by sqrt(n/(n-{QUADRATIC_PARAMS}))); pooled "
+            f"residual s.d. {pool.sd:.3g} in ln L, {pool.dof} dof; N, D and budgets fixed")
+  elif approach == "3":
+    line = f"{n_resamples} resamples of all runs with replacement (seed {seed})"
   else:
-    method = (f"{n_resamples} resamples of runs with replacement within each IsoFLOP budget "
-              f"(seed {seed})")
+    line = (f"{n_resamples} resamples of runs with replacement within each IsoFLOP budget "
+            f"(seed {seed})")
+  if approach == "3":
+    line += (f"; L-BFGS from the full-data optimum plus {n_extra_starts} grid points per "
+             f"{'replicate' if pool is not None else 'resample'}")
+  if fallback:
+    line = f"{fallback}: {line}"
   return BootstrapResult(n_resamples=n_resamples, n_failed=n_failed, seed=seed, level=level,
                          samples=samples, ci=ci, std=std, frontier_C=np.asarray(frontier_C),
-                         frontier_N=fN, frontier_D=fD, wall_time_s=wall, method=method,
-                         failures=failures, budgets_left_out=left_out)
+                         frontier_N=fN, frontier_D=fD, wall_time_s=wall, method=line,
+                         failures=failures, budgets_left_out=left_out,
+                         resampling="residuals" if pool is not None else "runs",
+                         residual_sd=None if pool is None else pool.sd,
+                         residual_dof=None if pool is None else pool.dof)

@@ -26,7 +26,7 @@ import numpy as np
 
 from analysis.approaches import (APPROACHES, ApproachResult, FitOptions, check_approach,
                                  fit_approach, support_reason)
-from analysis.bootstrap import BootstrapResult, bootstrap
+from analysis.bootstrap import DEFAULT_METHOD, BootstrapResult, bootstrap, check_method
 from analysis.diagnostics import approach_warnings
 from analysis.errors import ApproachUnsupported, FitError
 from analysis.runs import Runs
@@ -67,7 +67,8 @@ def frontier_flops(runs: Runs, extra_decades: float = 2.0, n: int = 60) -> np.nd
 def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: int = 200,
             seed: int = 0, strict: bool = False, n_jobs: int = 1,
             log: Callable[[str], None] | None = None,
-            options: FitOptions | None = None) -> FitReport:
+            options: FitOptions | None = None,
+            bootstrap_method: str = DEFAULT_METHOD) -> FitReport:
   """Fits the requested approaches, each with a bootstrap.
 
   Args:
@@ -81,6 +82,8 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
     log: optional progress printer.
     options: :class:`~analysis.approaches.FitOptions` for the fits and their
       bootstraps; None: Chinchilla's choices.
+    bootstrap_method: "residuals" (resample the noise, keep the design) or
+      "runs" (resample runs); :func:`analysis.bootstrap.bootstrap`.
 
   Returns:
     A :class:`FitReport`.
@@ -88,9 +91,11 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
   Raises:
     ApproachUnsupported: with ``strict``, an approach the table cannot support.
     ValueError: an approach not in :data:`~analysis.approaches.APPROACHES`.
+    FitOptionError: an unknown ``bootstrap_method``.
   """
   say = log or (lambda msg: None)
   options = options or FitOptions()
+  check_method(bootstrap_method)
   for a in approaches:
     check_approach(a)
   fC = frontier_flops(runs)
@@ -113,8 +118,9 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
     results[a] = res
     if n_bootstrap > 0:
       boots[a] = bootstrap(runs, a, res, n_resamples=n_bootstrap, seed=seed, frontier_C=fC,
-                           options=options)
-      say(f"approach {a}: {n_bootstrap} bootstrap resamples in {boots[a].wall_time_s:.1f} s")
+                           options=options, method=bootstrap_method)
+      say(f"approach {a}: {n_bootstrap} bootstrap replicates ({boots[a].resampling}) in "
+          f"{boots[a].wall_time_s:.1f} s")
     warnings[a] = approach_warnings(a, res, boots.get(a))
   return FitReport(runs=runs, results=results, bootstraps=boots, skipped=skipped,
                    requested=tuple(approaches), frontier_C=fC, options=options,

@@ -20,6 +20,7 @@ from analysis import report as reportlib
 from analysis import validation as validation_lib
 from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
 from analysis.approaches import APPROACHES, FitOptions
+from analysis.bootstrap import DEFAULT_METHOD, check_method
 from analysis.errors import FitError, FitOptionError
 from analysis.fit import FitReport, fit_all
 from analysis.io import load_results
@@ -39,7 +40,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
                 log: Callable[[str], None] | None = None,
                 warn: Callable[[str], None] | None = None, window: int | None = None,
                 huber_delta: float = HUBER_DELTA, loss: str = "huber", asymmetry: float = 2.0,
-                grid: str | np.ndarray | None = None) -> FitReport:
+                grid: str | np.ndarray | None = None,
+                bootstrap_method: str = DEFAULT_METHOD) -> FitReport:
   """Fits a results table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
 
   Args:
@@ -70,13 +72,17 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     grid: Approach 3's start grid: a spec for
       :func:`analysis.approach3.parse_grid` ("alpha=0:1:11,...") or an array
       (S, 5); None: Chinchilla's 4500 starts.
+    bootstrap_method: "residuals" (default: each replicate keeps the table's
+      N, D and budgets and resamples the noise, the pooled residuals in ln L
+      of per-budget quadratics) or "runs" (resample runs with replacement);
+      :func:`analysis.bootstrap.bootstrap`.
 
   Returns:
     The :class:`~analysis.fit.FitReport`.
 
   Raises:
     FitOptionError: an unknown law in ``compare``, an unknown ``approach``, or
-      a bad window, Huber delta, loss, asymmetry or grid.
+      a bad window, Huber delta, loss, asymmetry, grid or bootstrap method.
     ResultsError: the table cannot be read or used.
     ApproachUnsupported: an explicitly requested approach cannot run on the table.
     FitError: no approach could be fitted, or the requested one failed.
@@ -93,6 +99,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     compare_laws = [laws.get_law(name) for name in (compare or list(laws.PUBLISHED_LAWS))]
   except ValueError as e:
     raise FitOptionError(str(e)) from None
+  check_method(bootstrap_method)
   options = FitOptions(window=window, huber_delta=huber_delta, loss=loss, asymmetry=asymmetry,
                        grid=_grid(grid))
   t0 = time.perf_counter()
@@ -103,7 +110,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   approaches = APPROACHES if approach == "all" else (approach,)
   try:
     report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
-                     strict=approach != "all", n_jobs=n_jobs, log=say, options=options)
+                     strict=approach != "all", n_jobs=n_jobs, log=say, options=options,
+                     bootstrap_method=bootstrap_method)
   except FitError as e:
     raise type(e)(f"approach {approach}: {e}") from None
   if not report.results:

@@ -64,6 +64,8 @@ def _boot_dict(boot: BootstrapResult | None) -> dict:
       "std": {k: _f(v) for k, v in boot.std.items()},
       "bootstrap": {"n_resamples": boot.n_resamples, "n_failed": boot.n_failed,
                     "seed": boot.seed, "level": boot.level, "method": boot.method,
+                    "resampling": boot.resampling, "residual_sd": _f(boot.residual_sd),
+                    "residual_dof": boot.residual_dof,
                     "wall_time_s": round(boot.wall_time_s, 3),
                     "failures": dict(boot.failures),
                     "budgets_left_out": [{"C": _f(C), "n_resamples": n}
@@ -299,6 +301,9 @@ def markdown(data: dict) -> str:
       lines.append(f"k_N = {_fmt(d['k_N'])}{_ci_text(d, 'k_N')}, a = {_fmt(d['a'])}"
                    f"{_ci_text(d, 'a')}; k_D = {_fmt(d['k_D'])}, b = {_fmt(d['b'])}"
                    f"{_ci_text(d, 'b')}.")
+      if d.get("bootstrap"):
+        lines.append(f"Bootstrap: {d['bootstrap']['method']} ({d['bootstrap']['wall_time_s']:.1f}"
+                     f" s, {d['bootstrap']['n_failed']} failed).")
       if key == "1":
         lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, "
                      f"{d['distinct_N_on_envelope']} distinct N on it; "

@@ -2,7 +2,7 @@
 
     chinchax fit RESULTS [--approach 1|2|3|all] [--out DIR] [--bootstrap N] [--seed S]
                          [--window K] [--loss huber|asymmetric] [--asymmetry F]
-                         [--huber-delta X] [--grid SPEC]
+                         [--huber-delta X] [--grid SPEC] [--bootstrap-method residuals|runs]
 
 RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
 or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
@@ -23,6 +23,7 @@ import sys
 
 from analysis.approach3 import HUBER_DELTA
 from analysis.approaches import LOSSES
+from analysis.bootstrap import DEFAULT_METHOD, METHODS, check_method
 from analysis.errors import FitOptionError
 from analysis.pipeline import DEFAULT_JOBS, fit_results
 from chinchax import console
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--bootstrap", type=int, default=200, metavar="N",
                  help="bootstrap resamples per approach (0 = no intervals)")
   p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+  p.add_argument("--bootstrap-method", default=DEFAULT_METHOD, metavar="|".join(METHODS),
+                 help="'residuals' (default): keep the ladder's sizes and budgets and resample "
+                      "the noise (pooled residuals in ln L of per-budget quadratics in ln N); "
+                      "'runs': resample runs with replacement")
   p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
                  help="processes for Approach 3's 4500 L-BFGS starts")
   p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K",
@@ -77,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-  """Raises FitOptionError for a count flag below its least value (names the flag)."""
+  """Raises FitOptionError for a count flag below its least value, a non-positive factor or an
+  unknown bootstrap method (names the flag)."""
   for flag, value, low in (("--bootstrap", args.bootstrap, 0), ("--jobs", args.jobs, 1),
                            ("--drop-highest-loss", args.drop_highest_loss, 0),
                            ("--min-budgets", args.min_budgets, 1)):
@@ -88,6 +94,10 @@ def _check_counts(args: argparse.Namespace) -> None:
   for flag, value in (("--asymmetry", args.asymmetry), ("--huber-delta", args.huber_delta)):
     if not value > 0:
       raise FitOptionError(f"{flag} must be > 0, got {value}")
+  try:
+    check_method(args.bootstrap_method)
+  except FitOptionError as e:
+    raise FitOptionError(f"--bootstrap-method: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,5 +119,5 @@ def main(argv: list[str] | None = None) -> int:
               log=None if args.quiet else console.say,
               warn=(lambda msg: None) if args.quiet else console.warn, window=args.window,
               huber_delta=args.huber_delta, loss=args.loss, asymmetry=args.asymmetry,
-              grid=args.grid)
+              grid=args.grid, bootstrap_method=args.bootstrap_method)
   return 0
