@@ -183,6 +183,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.tokens_per_param = 50.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 25–65 here (20 is Chinchilla's at scale)
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
+  l.batch_min_steps = 1000        # the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps: few-step runs of the largest sizes stall on a loss plateau (measured: d_model 28 at 7.9e10 FLOPs, 461 → 980 steps, eval loss 2.200 → 2.053)
   l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
   l.cooldown_fraction = 0.2       # wsd: each run decays over its last fraction of steps, in (0, 0.9] (Hägele et al. 2024, Sec. 3: 10-20% match cosine)
   l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
@@ -229,7 +230,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"
     c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
-                    min_steps=3, bootstrap=20, progress=False, heartbeat_s=1.0,
+                    min_steps=3, batch_min_steps=1, bootstrap=20, progress=False, heartbeat_s=1.0,
                     lease_expiry_s=20.0, poll_s=0.5)
     c.train_config.train.update(global_batch_size=8, seq_len=32, eval_points=4, eval_batches=2,
                                 eval_windows=64, warmup_steps=2, checkpoint_every=10)

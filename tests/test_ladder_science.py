@@ -50,6 +50,11 @@ def test_default_grid_depth_is_fixed_and_sizes_grow_within_each_budget():
     assert len(Ns) == c.ladder.sizes_per_budget and Ns == sorted(set(Ns))
     n_opt = (C / (6 * c.ladder.tokens_per_param)) ** 0.5
     assert min(Ns) < n_opt < max(Ns)                              # the grid brackets its centre
+  for r in runs:  # DeepSeek's batch, shrunk only where the run would take < batch_min_steps steps
+    ds_batch = round(0.2920 * r.C_budget ** 0.3271 / 64)
+    assert r.hparams.peak_lr == pytest.approx(0.3118 * r.C_budget ** -0.125)
+    assert r.hparams.global_batch_size <= ds_batch
+    assert r.hparams.steps >= c.ladder.batch_min_steps or r.hparams.global_batch_size == ds_batch
 
 
 def _table(tmp_path, rows):
@@ -109,8 +114,13 @@ def test_validation_run_uses_the_fitted_laws_N_opt(tmp_path):
   assert run.counts.total == best.N
 
 
-def test_validate_factor_must_reach_beyond_the_grid():
+@pytest.mark.parametrize("knob,value,words", [
+    ("validate_factor", 1.0, "validate_factor=1.0 must be a number > 1"),
+    ("batch_min_steps", 0, "batch_min_steps=0 must be an integer >= 1"),
+    ("hparams", "mup", "ladder.hparams='mup' is not a known"),
+])
+def test_bad_ladder_science_knobs(knob, value, words):
   c = config_lib.get_ladder_variant("tiny")
-  c.ladder.validate_factor = 1.0
-  with pytest.raises(config_lib.ConfigError, match="validate_factor=1.0"):
+  c.ladder[knob] = value
+  with pytest.raises(config_lib.ConfigError, match=words.replace("(", "\\(").replace(")", "\\)")):
     ladder.validate_ladder(c.ladder)

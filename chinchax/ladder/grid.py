@@ -61,7 +61,8 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
   """The run of budget C nearest ``n_target`` parameters: its shape and hyperparameters.
 
   Args:
-    lc: the ladder section (``hparams``, ``min_steps``).
+    lc: the ladder section (``hparams``; a rule's batch shrinks so the run takes at least
+      max(``min_steps``, ``batch_min_steps``) steps).
     base_train: the base training section (seq_len and the rule's base values).
     C: FLOP budget (C = 6·N·D).
     n_target: parameters asked for.
@@ -77,7 +78,7 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
   n = budget.param_counts(shape).total
   hp = hparams_lib.hparams_for_run(lc.hparams, n, C, base_train.seq_len,
                                    hparams_lib.Base.from_config(base_train),
-                                   min_steps=lc.min_steps)
+                                   min_steps=max(lc.min_steps, lc.batch_min_steps))
   if hp.rule != "fixed" and hp.global_batch_size % batch_multiple:
     gbs = max(batch_multiple, batch_multiple * round(hp.global_batch_size / batch_multiple))
     steps = budget.steps_for_tokens(C / (6.0 * n), gbs * base_train.seq_len)
@@ -165,8 +166,9 @@ def validate_ladder(lc) -> None:
   if not isinstance(f, (int, float)) or not 0.0 < f <= config_lib.MAX_DECAY_FRACTION:
     raise E(f"ladder.cooldown_fraction={lc.cooldown_fraction!r} must lie in "
             f"(0, {config_lib.MAX_DECAY_FRACTION}]")
-  if lc.min_steps < 1:
-    raise E(f"ladder.min_steps={lc.min_steps!r} must be >= 1")
+  for k in ("min_steps", "batch_min_steps"):
+    if not isinstance(lc[k], int) or lc[k] < 1:
+      raise E(f"ladder.{k}={lc[k]!r} must be an integer >= 1")
   hparams_lib.check_rule(lc.hparams)
   for k in ("workers", "max_attempts"):
     if not isinstance(lc[k], int) or lc[k] < 1:

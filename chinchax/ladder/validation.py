@@ -64,7 +64,7 @@ def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
   row = table.row(run.run_id)
   if row is not None and row.get("status") == "done":
     return row
-  if run.hparams.short:
+  if run.hparams.steps < plan.config.ladder.min_steps:
     console.warn(f"no validation run: {run.run_id} would take only {run.hparams.steps} steps "
                  f"(ladder.min_steps={plan.config.ladder.min_steps})")
     return None

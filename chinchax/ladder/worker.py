@@ -106,7 +106,7 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
   spec0 = train_lib.resolve(base, len(devices))
   runs = grid.plan_runs(lc, base.train, spec0.model.vocab_size,
                         batch_multiple=grid.data_parallel_size(base, len(devices)))
-  short = [r for r in runs if r.hparams.short]
+  short = [r for r in runs if r.hparams.steps < lc.min_steps]
   if short:
     r = short[0]
     raise config_lib.ConfigError(
