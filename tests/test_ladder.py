@@ -65,7 +65,7 @@ def test_bad_ladder_configs(tmp_path, small_corpus, store_root):
     ladder.run_ladder(c)
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=1e3, c_max=1e4, min_steps=5)
-  with pytest.raises(config_lib.ConfigError, match="steps of 256 tokens"):
+  with pytest.raises(config_lib.ConfigError, match="only 0 steps of 8×32 tokens"):
     ladder.run_ladder(c)
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=1e13, c_max=1e13, n_budgets=1)

@@ -156,11 +156,16 @@ def test_warmup_rule_is_about_n_tokens_capped_at_ten_percent():
 # (N*, vocab 257, seq_len 128) → the ladder preset's shape (d_model, n_layers, n_heads, d_ff),
 # its N, and the next one when that N is already taken in the budget.
 LADDER_PINNED = [
-    (3e3, (8, 1, 1, 24), 2912, (16, 1, 2, 40), 7104),
-    (2e4, (24, 2, 3, 64), 20112, (32, 1, 4, 88), 20864),
-    (1e5, (48, 3, 6, 128), 95616, (40, 5, 5, 104), 105120),
-    (1e6, (96, 9, 12, 256), 1021824, (128, 5, 16, 344), 1022464),
+    (3e3, (8, 2, 2, 20), 3568, (12, 2, 2, 32), 6600),
+    (2e4, (24, 2, 2, 64), 20112, (28, 2, 2, 76), 26376),
+    (1e5, (60, 2, 2, 160), 102120, (56, 2, 2, 148), 89488),
+    (1e6, (200, 2, 2, 532), 1010800, (196, 2, 2, 524), 974904),
 ]
+
+
+def _hand_count(d_model, n_layers, d_ff, vocab=257):
+  """Tied embedding V·d, per layer q, k, v, o (4·d²), SwiGLU (3·d·d_ff), two norms; final norm."""
+  return vocab * d_model + n_layers * (4 * d_model ** 2 + 3 * d_model * d_ff + 2 * d_model) + d_model
 
 
 def _ladder(n, exclude=frozenset()):
@@ -172,6 +177,8 @@ def _ladder(n, exclude=frozenset()):
 
 @pytest.mark.parametrize("n,first,n_first,second,n_second", LADDER_PINNED)
 def test_ladder_preset_shapes_are_pinned(n, first, n_first, second, n_second):
+  for (d, L, _, f), count in ((first, n_first), (second, n_second)):
+    assert _hand_count(d, L, f) == count
   assert _ladder(n) == (first, n_first)
   assert _ladder(n, frozenset({n_first})) == (second, n_second)
 
