@@ -192,7 +192,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.bootstrap = 200               # bootstrap resamples for the fit's confidence intervals
   l.progress = True               # ladder progress bar with ETA
   l.worker = False                # be one of many workers sharing workdir: claim runs until none is left, no grid listing, fit only if this worker settles the ladder
-  l.workers = 2                   # local worker processes to start (each on one CPU device / its own accelerators); 1 = run in this process
+  l.workers = 2                   # local worker processes to start (each on one CPU device / its own accelerators); 1 = run in this process; ignored with worker=True (that process is one worker)
   l.pin_cpus = True               # with workers > 1 on a machine with at least that many cores: pin worker i to CPU core i
   l.max_attempts = 3              # a failed run is retried (by another worker or a later invocation) until it has failed this many times
   l.lease_expiry_s = 300.0        # a run's lease whose heartbeat has not changed this long (observer's clock) is taken over by another worker
@@ -230,7 +230,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"
     c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
-                    min_steps=3, batch_min_steps=1, bootstrap=20, progress=False, heartbeat_s=1.0,
+                    min_steps=3, batch_min_steps=1, workers=1, bootstrap=20, progress=False, heartbeat_s=1.0,
                     lease_expiry_s=20.0, poll_s=0.5)
     c.train_config.train.update(global_batch_size=8, seq_len=32, eval_points=4, eval_batches=2,
                                 eval_windows=64, warmup_steps=2, checkpoint_every=10)

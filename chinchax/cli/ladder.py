@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     ladder_lib.describe(plan)
     console.say(ladder_lib.finish_line(plan))
     return 0
-  if lc.workers > 1:
+  if lc.workers > 1 and not lc.worker:
     plan = ladder_lib.prepare(config)  # builds the token store once, before the workers start
     ladder_lib.describe(plan)
     code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus)

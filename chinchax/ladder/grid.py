@@ -180,9 +180,6 @@ def validate_ladder(lc) -> None:
     raise E(f"ladder.heartbeat_s={lc.heartbeat_s!r} must be at most half of "
             f"ladder.lease_expiry_s={lc.lease_expiry_s!r} (a live worker's lease must never "
             f"look expired)")
-  if lc.worker and lc.workers > 1:
-    raise E(f"ladder.worker=True runs one worker; drop ladder.workers={lc.workers} (or start "
-            f"that many workers without ladder.worker)")
 
 
 def run_config(base, run: LadderRun, workdir: pathlib.Path):
