@@ -196,7 +196,7 @@ def _prepare_cmd(root, corpus, *extra):
 
 
 def test_cli_sigint_then_rerun_gives_the_uninterrupted_store(tmp_path):
-  corpus = _jsonl(tmp_path / "c.jsonl", _texts(1500, seed=4))
+  corpus = _jsonl(tmp_path / "c.jsonl", _texts(6000, seed=4))  # ~2.7 MB: seconds of tokenizing for the SIGINT to land in
   root = tmp_path / "s"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   proc = subprocess.Popen(_prepare_cmd(root, corpus, "--config.data.shard_mb=0.01",
