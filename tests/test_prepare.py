@@ -201,7 +201,10 @@ def test_cli_sigint_then_rerun_gives_the_uninterrupted_store(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   proc = subprocess.Popen(_prepare_cmd(root, corpus, "--config.data.shard_mb=0.01",
                                        "--config.data.prepare_workers=1"),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          # as from a shell: SIGINT at its default, whatever an earlier test in
+                          # this process left it at (an ignored SIGINT is inherited by children)
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   deadline = time.time() + 120
   shards = []
   while time.time() < deadline and proc.poll() is None:
