@@ -12,8 +12,6 @@ fitted law's allocation is trained as Chinchilla and its loss compared).
 
 from __future__ import annotations
 
-import math
-
 from chinchax import laws
 
 
@@ -71,7 +69,3 @@ def markdown(block: dict) -> list[str]:
 def is_validation(row: dict) -> bool:
   """Whether a results row is a held-out validation run (never fitted)."""
   return row.get("role") == "validation"
-
-
-def finite(x) -> bool:
-  return x is not None and math.isfinite(float(x))

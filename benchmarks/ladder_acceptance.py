@@ -79,7 +79,6 @@ def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:
     lo, hi = d3["ci"]["E"]
     out["E"] = {"E": d3["E"], "ci": [lo, hi], "best_start_on_grid_edge": d3["best_start_on_grid_edge"],
                 "optimum_inside_grid": d3["optimum_inside_grid"]}
-  by_id = {r["run_id"]: r for r in grid}
   res = []
   for b in fit.get("approach2", {}).get("budgets", []):
     if b.get("status") != "ok":
@@ -91,7 +90,6 @@ def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:
   out["parabola_mean_abs_residual"] = float(np.mean(res)) if res else math.nan
   out["eval_noise"] = fit.get("input", {}).get("eval_noise")
   out["validation"] = fit.get("validation")
-  del by_id
   return out
 
 

@@ -81,9 +81,7 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
                                    min_steps=max(lc.min_steps, lc.batch_min_steps))
   if hp.rule != "fixed" and hp.global_batch_size % batch_multiple:
     gbs = max(batch_multiple, batch_multiple * round(hp.global_batch_size / batch_multiple))
-    steps = budget.steps_for_tokens(C / (6.0 * n), gbs * base_train.seq_len)
-    hp = dataclasses.replace(hp, global_batch_size=gbs, steps=steps, warmup_steps=min(
-        hp.warmup_steps, budget.max_warmup_steps(steps)))
+    hp = _with_batch(hp, gbs, C / (6.0 * n), base_train.seq_len)
   return LadderRun(run_id=f"{prefix}C{C:.2e}_N{n}", C_budget=float(C), N_target=float(n_target),
                    shape=shape, hparams=hp, role=role)
 
@@ -126,13 +124,16 @@ def _share_hparams_per_shape(lc, base_train, runs: list[LadderRun]) -> list[Ladd
   for r in runs:
     if r.shape not in top or r.C_budget > top[r.shape].C_budget:
       top[r.shape] = r
-  out = []
-  for r in runs:
-    hp = top[r.shape].hparams
-    steps = budget.steps_for_tokens(r.D, hp.global_batch_size * base_train.seq_len)
-    out.append(dataclasses.replace(r, hparams=dataclasses.replace(
-        hp, steps=steps, warmup_steps=min(hp.warmup_steps, budget.max_warmup_steps(steps)))))
-  return out
+  return [dataclasses.replace(r, hparams=_with_batch(
+      top[r.shape].hparams, top[r.shape].hparams.global_batch_size, r.D, base_train.seq_len))
+      for r in runs]
+
+
+def _with_batch(hp: hparams_lib.HParams, gbs: int, D: float, seq_len: int) -> hparams_lib.HParams:
+  """``hp`` with global batch ``gbs`` for a run of D tokens: its steps, warmup capped at 10%."""
+  steps = budget.steps_for_tokens(D, gbs * seq_len)
+  return dataclasses.replace(hp, global_batch_size=gbs, steps=steps,
+                             warmup_steps=min(hp.warmup_steps, budget.max_warmup_steps(steps)))
 
 
 def data_parallel_size(base, n_devices: int) -> int:
