@@ -38,7 +38,7 @@ MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embed
 # corpus by its fingerprint (DATA_SIGNATURE), not by their paths or globs.
 RESUME_KEYS = (
     "seed",
-    "model.rope_theta", "model.norm_eps", "model.init_std", "model.document_mask",
+    "model.rope_theta", "model.norm_eps", "model.init", "model.init_std", "model.document_mask",
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",

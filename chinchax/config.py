@@ -20,6 +20,7 @@ from chinchax import errors
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 REMAT_POLICIES = ("none", "full", "dots")
+INIT_RULES = ("fixed", "small")
 BUDGET_MODES = ("tokens_per_param", "flops", "tokens", "steps")
 N_KINDS = ("total", "non_embedding")
 DATA_SOURCES = ("stdlib", "files", "hf")
@@ -53,7 +54,8 @@ def base_config() -> ml_collections.ConfigDict:
   m.tie_embeddings = True         # output head shares the token-embedding matrix
   m.rope_theta = 10_000.0         # RoPE base frequency (Su et al. 2021)
   m.norm_eps = 1e-6               # RMSNorm epsilon
-  m.init_std = 0.02               # normal init std for embeddings and projections
+  m.init = "fixed"                # fixed: normal(init_std) | small: normal(sqrt(2 / (5 d_model))), SmallInit (Nguyen & Salazar 2019), init_std unused
+  m.init_std = 0.02               # normal init std for embeddings and projections (init = fixed)
   m.compute_dtype = "auto"        # auto = float32 on CPU, bfloat16 on GPU/TPU; params stay float32
   m.attention = "auto"            # auto | xla (einsum+softmax) | cudnn (jax.nn.dot_product_attention) | splash (Pallas, TPU)
   m.remat = "none"                # none | full | dots (save matmul outputs) rematerialisation
@@ -202,6 +204,9 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   t = base_config()
   t.workdir = "unused"            # each run gets <workdir>/runs/<run_id>
   t.mesh.num_cpu_devices = 1      # ladder models are tiny: one CPU device, no collectives to wait on
+  # 0.02 (GPT-2's std, ≈ SmallInit at d_model 768) is 5-10× too small for d_model 8…68: runs sat on
+  # a loss plateau for a seed-dependent time (README, "The miniature ladder").
+  t.model.init = "small"
   t.train.update(seq_len=64, eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
                  checkpoint_every=500, keep_checkpoints=1, warmup_steps=50)
   # The final eval: 2048 fixed windows (131k tokens); the eval_points curve evals read 256 of them.
@@ -471,6 +476,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError(f"head_dim = d_model/n_heads = {m.d_model // m.n_heads} must be even for RoPE")
   _check_positive(m.rope_theta, "model.rope_theta")
   _check_positive(m.norm_eps, "model.norm_eps")
+  _check_choice(m.init, INIT_RULES, "model.init")
   _check_positive(m.init_std, "model.init_std")
   _check_choice(m.compute_dtype, COMPUTE_DTYPES, "model.compute_dtype")
   _check_choice(m.attention, ATTENTION_IMPLS, "model.attention")

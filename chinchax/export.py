@@ -149,7 +149,8 @@ def model_config(run: dict):
   m, sig = run["config"]["model"], run["model_signature"]
   shape = budget.ModelShape.from_config(sig, seq_len=run["config"]["train"]["seq_len"])
   return model_lib.ModelConfig(
-      **dataclasses.asdict(shape), rope_theta=m["rope_theta"], norm_eps=m["norm_eps"], init_std=m["init_std"],
+      **dataclasses.asdict(shape), rope_theta=m["rope_theta"], norm_eps=m["norm_eps"],
+      init_std=model_lib.init_std(m.get("init", "fixed"), m["init_std"], shape.d_model),
       compute_dtype="float32", attention="xla", remat="none",
       scan_layers=bool(sig.get("scan_layers", False)))
 

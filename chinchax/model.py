@@ -68,6 +68,26 @@ class ModelConfig(budget.ModelShape):
     return budget.ModelShape(**self.arch(), seq_len=seq_len)
 
 
+def init_std(rule: str, init_std: float, d_model: int) -> float:
+  """The standard deviation of the normal initializer.
+
+  Args:
+    rule: "fixed" (``init_std`` at every width) or "small": SmallInit,
+      sqrt(2 / (5 · d_model)) (Nguyen & Salazar 2019, "Transformers without Tears",
+      Sec. 2.2), which is 0.023 at d_model 768 (GPT-2's 0.02) and 0.12 at d_model 28.
+    init_std: the "fixed" standard deviation.
+    d_model: residual width.
+
+  Raises:
+    ValueError: an unknown rule.
+  """
+  if rule == "fixed":
+    return float(init_std)
+  if rule == "small":
+    return (2.0 / (5.0 * d_model)) ** 0.5
+  raise ValueError(f"model.init={rule!r} is not one of ('fixed', 'small')")
+
+
 def _param(rngs: nnx.Rngs, shape, std: float, names: tuple[str, ...]) -> nnx.Param:
   init = jax.nn.initializers.normal(std)
   # Logical names only; placement happens in the jitted init (chinchax.train).

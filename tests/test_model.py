@@ -154,3 +154,25 @@ def test_document_mask_keeps_attention_inside_each_document(scan_layers):
   assert np.abs(pa[:, 10:] - pb[:, 10:]).max() > 1e-3
   no_eos = jnp.asarray(np.where(a == 256, 5, a))
   np.testing.assert_array_equal(np.asarray(masked(no_eos)), np.asarray(plain(no_eos)))
+
+
+def test_small_init_rule_matches_its_formula_and_reaches_the_params():
+  """SmallInit (Nguyen & Salazar 2019): std sqrt(2/(5 d)); GPT-2's 0.02 is that at d ≈ 1000."""
+  from chinchax import config as config_lib
+  from chinchax import model as model_lib
+  from chinchax.train import spec as spec_lib
+  assert model_lib.init_std("small", 0.02, 28) == pytest.approx(0.11952, rel=1e-4)
+  assert model_lib.init_std("small", 0.02, 1000) == pytest.approx(0.02)
+  assert model_lib.init_std("fixed", 0.05, 28) == 0.05
+  with pytest.raises(ValueError, match="model.init='xavier'"):
+    model_lib.init_std("xavier", 0.02, 28)
+  c = config_lib.base_config()
+  c.model.update(init="small", d_model=32, n_heads=2, d_ff=64, n_layers=2)
+  cfg = spec_lib.resolve(c, 1).model
+  assert cfg.init_std == pytest.approx((2 / (5 * 32)) ** 0.5)
+  params = Transformer(cfg, nnx.Rngs(params=0))
+  w = np.asarray(params.blocks[0].mlp.w_up_DF[...])
+  assert np.std(w) == pytest.approx(cfg.init_std, rel=0.1)
+  c.model.init = "xavier"
+  with pytest.raises(config_lib.ConfigError, match="model.init"):
+    config_lib.validate(c)

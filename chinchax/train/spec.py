@@ -99,7 +99,7 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   shape = budget.ModelShape.from_config(m, seq_len=t.seq_len, vocab_size=vocab)
   mcfg = model_lib.ModelConfig(
       **dataclasses.asdict(shape), rope_theta=m.rope_theta, norm_eps=m.norm_eps,
-      init_std=m.init_std, compute_dtype=dtype,
+      init_std=model_lib.init_std(m.init, m.init_std, m.d_model), compute_dtype=dtype,
       attention=attention_lib.resolve_impl(m.attention, backend, dtype, m.document_mask),
       remat=m.remat, scan_layers=bool(m.scan_layers), document_mask=m.document_mask,
       eos_id=tok.eos_id)
