@@ -11,8 +11,9 @@ outputs) and prints, as markdown:
   as a share of this host's measured float32 matmul peak (the calibration
   ``chinchax train`` caches, ``chinchax.train.mfu``); the median per-run MFU;
 * each approach's exponent a with its 95% bootstrap interval and width, the
-  largest gap between the approaches' a, Approach 3's E (and whether it sits
-  on a bound of its interval or near 0);
+  largest gap between the approaches' a, Approach 3's E (whether its interval
+  reaches 0, the optimum lies outside the box of L-BFGS starts, or only starts
+  on the box's edge reach it);
 * the mean absolute residual of Approach 2's IsoFLOP parabolas (loss against
   the fitted quadratic in ln N, every size of the budgets it used);
 * the validation run's predicted vs measured loss.
@@ -78,6 +79,7 @@ def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:
   if d3.get("status") == "ok":
     lo, hi = d3["ci"]["E"]
     out["E"] = {"E": d3["E"], "ci": [lo, hi], "best_start_on_grid_edge": d3["best_start_on_grid_edge"],
+                "n_interior_starts_at_best": d3.get("n_interior_starts_at_best", 0),
                 "optimum_inside_grid": d3["optimum_inside_grid"]}
   res = []
   for b in fit.get("approach2", {}).get("budgets", []):
@@ -100,7 +102,9 @@ def markdown(f: dict) -> str:
                f"{f['budgets'][0]:.3g}–{f['budgets'][-1]:.3g} FLOPs ({f['decades']:.2f} decades) "
                f"| ≥ 1.5 decades | {ok(f['decades'] >= 1.5 - 1e-9)} |")
   if f.get("wall_s"):
-    lines.append(f"| wall time | {f['wall_s'] / 60:.1f} min | ≤ 15 min | {ok(f['wall_s'] <= 900)} |")
+    target = f.get("wall_target_min", 15.0)
+    lines.append(f"| wall time | {f['wall_s'] / 60:.1f} min | ≤ {target:g} min "
+                 f"| {ok(f['wall_s'] <= 60 * target)} |")
     lines.append(f"| throughput (Σ 6ND / wall) | {f['throughput_flops_per_s'] / 1e9:.2f} GFLOP/s = "
                  f"{100 * f['share_of_peak']:.1f}% of the measured matmul peak "
                  f"{f['peak_flops'] / 1e9:.1f} GFLOP/s | ≥ 25% | {ok(f['share_of_peak'] >= 0.25)} |")
@@ -111,9 +115,13 @@ def markdown(f: dict) -> str:
   lines.append(f"| largest gap in a | {f['a_gap']:.3f} | ≤ 0.05 | {ok(f['a_gap'] <= 0.05)} |")
   if "E" in f:
     e = f["E"]
-    inside = e["ci"][0] > 1e-3 and not e["best_start_on_grid_edge"]
-    lines.append(f"| Approach 3 E | {e['E']:.3f} [{e['ci'][0]:.3g}, {e['ci'][1]:.3g}], best start "
-                 f"{'on' if e['best_start_on_grid_edge'] else 'inside'} the grid's edge | > 0.05, "
+    # Not on a bound: the interval stays off E = 0, the optimum lies inside the box of starts
+    # and an interior start reaches it (analysis.diagnostics warns otherwise).
+    inside = (e["ci"][0] > 1e-3 and e["optimum_inside_grid"]
+              and e["n_interior_starts_at_best"] > 0)
+    lines.append(f"| Approach 3 E | {e['E']:.3f} [{e['ci'][0]:.3g}, {e['ci'][1]:.3g}], optimum "
+                 f"{'inside' if e['optimum_inside_grid'] else 'outside'} the grid of starts, "
+                 f"{e['n_interior_starts_at_best']} interior start(s) reach it | > 0.05, "
                  f"not on a bound | {ok(e['E'] > 0.05 and inside)} |")
   lines.append(f"| parabola mean abs residual | {f['parabola_mean_abs_residual']:.4f} nats | ≤ 0.01 "
                f"| {ok(f['parabola_mean_abs_residual'] <= 0.01)} |")
@@ -132,8 +140,11 @@ def main(argv=None) -> int:
   p.add_argument("workdir", type=pathlib.Path)
   p.add_argument("--wall-s", type=float, default=None, help="the ladder's wall time, seconds")
   p.add_argument("--json", type=pathlib.Path, default=None, help="also write the figures here")
+  p.add_argument("--wall-target-min", type=float, default=15.0,
+                 help="the wall-time target, minutes (15 for the default ladder, 45 for gutenberg)")
   args = p.parse_args(argv)
   f = figures(args.workdir, args.wall_s)
+  f["wall_target_min"] = args.wall_target_min
   print(markdown(f))
   if args.json:
     args.json.write_text(json.dumps(f, indent=2, default=float))

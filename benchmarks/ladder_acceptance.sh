@@ -45,4 +45,7 @@ chinchax ladder "${cfg[@]}" --config.ladder.progress=False > "$out/ladder.log" 2
 t1=$(date +%s.%N)
 wall=$(python -c "print($t1 - $t0)")
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); wall ${wall}s; log $out/ladder.log"
-python "$here/ladder_acceptance.py" "$out/ladder" --wall-s "$wall" --json "$out/figures.json"
+target=15
+[[ $variant == gutenberg ]] && target=45
+python "$here/ladder_acceptance.py" "$out/ladder" --wall-s "$wall" --wall-target-min "$target" \
+  --json "$out/figures.json"

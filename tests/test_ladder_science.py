@@ -124,3 +124,39 @@ def test_bad_ladder_science_knobs(knob, value, words):
   c.ladder[knob] = value
   with pytest.raises(config_lib.ConfigError, match=words.replace("(", "\\(").replace(")", "\\)")):
     ladder.validate_ladder(c.ladder)
+
+
+def test_validation_run_on_more_devices_rounds_only_its_own_batch(tmp_path):
+  """The main process trains the validation run on one device per local worker: its batch is
+  rounded to them, the grid keeps the batches a one-device worker gives its runs."""
+  import jax
+  c = config_lib.get_ladder_variant("tiny")
+  c.workdir = str(tmp_path / "lad")
+  law = {"E": 1.0, "A": 50.0, "B": 500.0, "alpha": 0.4, "beta": 0.35, "law_from": "approach3"}
+  (tmp_path / "fit.json").write_text(json.dumps(law))
+  c.ladder.hparams = "deepseek"
+  one = ladder.prepare(c, devices=jax.devices()[:1], check_data=False)
+  two = ladder.prepare(c, devices=jax.devices()[:2], check_data=False)
+  v1 = ladder.plan_validation(one, tmp_path / "fit.json")
+  v2 = ladder.plan_validation(two, tmp_path / "fit.json")
+  ds = round(0.2920 * v1.C_budget ** 0.3271 / c.train_config.train.seq_len)
+  assert v1.hparams.global_batch_size == max(1, ds)
+  assert v2.hparams.global_batch_size % 2 == 0 and abs(v2.hparams.global_batch_size - ds) <= 1
+  assert v2.run_id == v1.run_id and v2.shape == v1.shape
+  assert any(r.hparams.global_batch_size % 2 for r in one.runs)  # the grid of a 1-device worker
+
+
+def test_status_with_local_workers_lists_the_batches_the_workers_train(tmp_path):
+  """``ladder.workers=2`` gives the main process two CPU devices (for the validation run); the
+  grid it lists must still be the one-device workers' grid."""
+  import subprocess
+  import sys
+  listings = []
+  for k in (1, 2):
+    out = subprocess.run(
+        [sys.executable, "-m", "chinchax.cli", "ladder", f"--config.workdir={tmp_path / 'lad'}",
+         "--config.ladder.status=True", f"--config.ladder.workers={k}"],
+        capture_output=True, text=True, timeout=300, check=True).stdout
+    listings.append([line for line in out.splitlines() if "batch=" in line])
+  assert listings[0] == listings[1] and len(listings[0]) == 20
+  assert any(int(line.split("batch=")[1].split()[0]) % 2 for line in listings[0])  # odd: unrounded

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+import jax
+
 from analysis import pipeline as fit_pipeline
 from chinchax import config as config_lib
 from chinchax import console
@@ -22,9 +24,10 @@ from chinchax import runtime
 from chinchax.cli import flags as flags_lib
 
 
-def _fit(config, table) -> None:
+def _fit(config, table, devices=None) -> None:
   """Approaches 1–3 on the table into ``fit/`` beside it, then (``ladder.validate``) the
-  validation run and its comparison; a fit that fails keeps the runs."""
+  validation run on ``devices`` (default: all) and its comparison; a fit that fails keeps
+  the runs."""
   lc = config.ladder
   try:
     fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=lc.bootstrap,
@@ -34,7 +37,7 @@ def _fit(config, table) -> None:
     return
   if not lc.validate:
     return
-  plan = ladder_lib.prepare(config, check_data=False)
+  plan = ladder_lib.prepare(config, devices, check_data=False)
   if ladder_lib.run_validation(plan, table.parent / "fit" / "fit.json") is not None:
     fit_pipeline.add_validation(table, table.parent / "fit", log=console.say)
 
@@ -54,20 +57,28 @@ def main(argv: list[str]) -> int:
   lc = config.ladder
   ladder_lib.validate_ladder(lc)
   config_lib.validate(config.train_config)
-  runtime.setup_cpu_devices(config.train_config.mesh.num_cpu_devices)
+  local_workers = lc.workers > 1 and not lc.worker
+  n_cpu = config.train_config.mesh.num_cpu_devices
+  # With local workers this process trains only the validation run, after them: on CPU it takes
+  # one device per worker's core (data parallel), which is 1.3x faster than one device on the
+  # same cores (benchmarks/ladder_acceptance.sh; README, "The miniature ladder").
+  runtime.setup_cpu_devices(max(n_cpu, lc.workers) if local_workers and n_cpu else n_cpu)
   runtime.setup_compilation_cache(config.train_config.compile_cache_dir)
+  # The grid as a worker plans it (batches rounded to its own devices).
+  worker_devices = (jax.devices()[:n_cpu] if local_workers and n_cpu
+                    and jax.default_backend() == "cpu" else None)
   if lc.status:
-    plan = ladder_lib.prepare(config, check_data=False)
+    plan = ladder_lib.prepare(config, worker_devices, check_data=False)
     ladder_lib.describe(plan)
     console.say(ladder_lib.finish_line(plan))
     return 0
-  if lc.workers > 1 and not lc.worker:
-    plan = ladder_lib.prepare(config)  # builds the token store once, before the workers start
+  if local_workers:
+    plan = ladder_lib.prepare(config, worker_devices)  # builds the token store once, first
     ladder_lib.describe(plan)
     code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus)
     console.say(ladder_lib.finish_line(plan))
     if code == 0 and lc.fit and ladder_lib.claim_fit(plan.workdir / "results.jsonl"):
-      _fit(config, plan.workdir / "results.jsonl")
+      _fit(config, plan.workdir / "results.jsonl", jax.devices())
     return code
   distributed_lib.install_sigterm_handler()
   try:

@@ -26,7 +26,8 @@ def describe(plan: worker_lib.LadderPlan) -> None:
               f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs; {n_done} already done; "
               f"results -> {plan.workdir / 'results.jsonl'}")
   console.say(f"        shapes: the 'ladder' shape rule (n_layers fixed, d_model in steps of 4); "
-              f"hyperparameters: ladder.hparams={lc.hparams!r}")
+              f"hyperparameters: ladder.hparams={lc.hparams!r}; "
+              f"init: model.init={plan.config.train_config.model.init!r}")
   for r, state in states:
     c = r.counts
     note = "" if state == "pending" else f"  ({state})"

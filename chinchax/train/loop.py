@@ -420,6 +420,7 @@ def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final
       "mfu": log.flops_per_step / step_time / log.peak_total if timed else float("nan"),
       "peak_flops": log.peak_total, "peak_flops_source": peak_src,
       "compile_s": log.compile_s, "wall_s": wall_s, "resumed": resumed,
+      "mesh": {k: int(v) for k, v in spec.mesh.items()},
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
   }
