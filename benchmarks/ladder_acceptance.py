@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import pathlib
+import re
 import statistics
 import sys
 
@@ -40,16 +41,18 @@ def _rows(workdir: pathlib.Path) -> list[dict]:
 
 
 def _peak_flops() -> tuple[float, str]:
-  """The host's float32 matmul peak as chinchax calibrated it on one CPU device (both cores:
-  the figure every ladder run's MFU is measured against)."""
+  """The host's float32 matmul peak as chinchax calibrated it on one CPU device in a process
+  free to use every core (a pinned ladder worker's own entry measures its one core)."""
   path = pathlib.Path("~/.cache/chinchax/cpu_peak_flops.json").expanduser()
   try:
     data = json.loads(path.read_text())
   except (OSError, ValueError):
     return math.nan, "not measured (run chinchax train once)"
-  # Entries "…|1 devices" (older) and "…|1 devices|all at once" measure the same matmul.
-  one = sorted((k, v) for k, v in data.items() if k.endswith("|1 devices")
-               or k.endswith("|1 devices|all at once"))
+  # The whole host on one device: "…|1 devices" (older entries), or "…|K cores|K usable|…|1 devices|
+  # all at once" (a process free to use every core, not a pinned worker).
+  one = sorted((k, v) for k, v in data.items() if k.endswith("|1 devices") or (
+      k.endswith("|1 devices|all at once")
+      and re.search(r"\|(\d+) cores\|\1 usable\|", k)))
   return ((float(one[0][1]), f"{path} (1 device)") if one
           else (math.nan, f"no 1-device entry: {path}"))
 

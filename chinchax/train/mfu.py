@@ -44,13 +44,15 @@ def cpu_flops_cache() -> pathlib.Path:
 def host_cpu_flops() -> tuple[float, str]:
   """(FLOP/s, where it came from): the cached calibration of this host, else a new one, cached.
 
-  The key is the host name, CPU, core count, JAX version and local device
+  The key is the host name, CPU, core count, the cores this process may run on
+  (a worker pinned to one core measures that core), JAX version and local device
   count; a cache that cannot be read or written is ignored (then each run measures).
   A single measurement varies between runs (the host's load): the first one is kept.
   """
   path = cpu_flops_cache()
   key = (f"{platform.node()}|{platform.processor() or platform.machine()}|{os.cpu_count()} cores|"
-         f"jax {jax.__version__}|{jax.local_device_count()} devices|all at once")
+         f"{usable_cores()} usable|jax {jax.__version__}|{jax.local_device_count()} devices|"
+         f"all at once")
   try:
     table = json.loads(path.read_text())
   except (OSError, ValueError):
@@ -66,6 +68,14 @@ def host_cpu_flops() -> tuple[float, str]:
     return flops, f"measured now, cached in {path}"
   except OSError:
     return flops, "measured now; not cached"
+
+
+def usable_cores() -> int:
+  """The CPU cores this process may run on (its affinity; all of them where that is unknown)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError):
+    return os.cpu_count() or 1
 
 
 def calibrate_cpu_flops(n: int = 1024, repeats: int = 5) -> float:
