@@ -34,6 +34,8 @@ import sys
 
 import numpy as np
 
+from chinchax.train import mfu
+
 
 def _rows(workdir: pathlib.Path) -> list[dict]:
   return [json.loads(line) for line in (workdir / "results.jsonl").read_text().splitlines()
@@ -43,7 +45,7 @@ def _rows(workdir: pathlib.Path) -> list[dict]:
 def _peak_flops() -> tuple[float, str]:
   """The host's float32 matmul peak as chinchax calibrated it on one CPU device in a process
   free to use every core (a pinned ladder worker's own entry measures its one core)."""
-  path = pathlib.Path("~/.cache/chinchax/cpu_peak_flops.json").expanduser()
+  path = mfu.cpu_flops_cache()
   try:
     data = json.loads(path.read_text())
   except (OSError, ValueError):

@@ -68,6 +68,9 @@ class ModelConfig(budget.ModelShape):
     return budget.ModelShape(**self.arch(), seq_len=seq_len)
 
 
+INIT_RULES = ("fixed", "small")  # model.init (chinchax.config declares the knob)
+
+
 def init_std(rule: str, init_std: float, d_model: int) -> float:
   """The standard deviation of the normal initializer.
 
@@ -85,7 +88,7 @@ def init_std(rule: str, init_std: float, d_model: int) -> float:
     return float(init_std)
   if rule == "small":
     return (2.0 / (5.0 * d_model)) ** 0.5
-  raise ValueError(f"model.init={rule!r} is not one of ('fixed', 'small')")
+  raise ValueError(f"model.init={rule!r} is not one of {INIT_RULES}")
 
 
 def _param(rngs: nnx.Rngs, shape, std: float, names: tuple[str, ...]) -> nnx.Param:
