@@ -21,7 +21,9 @@ from analysis.powerlaw import AllocationParams, fit_allocation
 from analysis.runs import Runs, tokens_6nd
 
 APPROACH1_N_POINTS = 1500   # log-spaced FLOP values on the envelope (Chinchilla Sec. 3.1).
-APPROACH1_SMOOTH = 5        # points in the local-linear smoothing window of each eval curve.
+# Half-width, in ln(FLOPs), of the local-linear smoothing window of each eval curve: ±0.2 takes a
+# point's neighbours on the ladder's curves (16 evals over a run's last decade, 0.15 apart).
+APPROACH1_SMOOTH_HALF_WIDTH = 0.2
 
 
 @dataclasses.dataclass
@@ -52,36 +54,37 @@ class Approach1Result(AllocationParams):
                                 (float(self.C[0]), float(self.C[-1])))
 
 
-def smooth_curve(log_flops: np.ndarray, loss: np.ndarray, window: int = APPROACH1_SMOOTH
-                 ) -> np.ndarray:
+def smooth_curve(log_flops: np.ndarray, loss: np.ndarray,
+                 half_width: float = APPROACH1_SMOOTH_HALF_WIDTH) -> np.ndarray:
   """Local-linear smoothing of one eval curve (Chinchilla Sec. 3.1 smooths each curve).
 
   Each point is replaced by the value at its ln(FLOPs) of a least-squares line
-  through the ``window`` nearest points in order (fewer at the ends, where the
-  window is shifted inwards rather than shrunk, so a decreasing curve is not
-  biased upwards at its last point).
+  through the points within ``half_width`` of it in ln(FLOPs). The window is a
+  width in FLOPs, not a count of points, so a sparse curve (a few log-spaced
+  evals) is left as measured instead of being bent along its own curvature: a
+  5-point window over 8 evals spread across 2.6 decades put the final points
+  of a ladder's curves 0.3–0.4 nats below their measured values. A point with
+  fewer than 3 points in its window (a curve's ends, sparse stretches) is kept.
 
   Args:
     log_flops: ln FLOPs seen, increasing, shape (F,).
     loss: eval loss, nats/token, shape (F,).
-    window: points per local fit; <= 2 returns ``loss`` unchanged.
+    half_width: half-width of the window in ln(FLOPs); 0 returns ``loss`` unchanged.
 
   Returns:
     Smoothed loss, shape (F,).
   """
-  F = loss.shape[0]
-  w = min(int(window), F)
-  if w <= 2:
-    return loss.copy()
-  out = np.empty(F)
-  for i in range(F):
-    lo = min(max(0, i - w // 2), F - w)
-    x, y = log_flops[lo:lo + w], loss[lo:lo + w]
-    xm = x.mean()
-    dx = x - xm
-    denom = (dx * dx).sum()
-    slope = (dx * (y - y.mean())).sum() / denom if denom > 0 else 0.0
-    out[i] = y.mean() + slope * (log_flops[i] - xm)
+  out = np.array(loss, dtype=float)
+  if half_width <= 0:
+    return out
+  for i in range(loss.shape[0]):
+    near = np.abs(log_flops - log_flops[i]) <= half_width
+    if near.sum() < 3:
+      continue
+    x, y = log_flops[near], loss[near]
+    dx = x - x.mean()
+    slope = (dx * (y - y.mean())).sum() / (dx * dx).sum()
+    out[i] = y.mean() + slope * (log_flops[i] - x.mean())
   return out
 
 
@@ -96,7 +99,7 @@ def approach1_support(runs: Runs) -> str | None:
 
 
 def fit_approach1(runs: Runs, n_points: int = APPROACH1_N_POINTS,
-                  smooth: int = APPROACH1_SMOOTH) -> Approach1Result:
+                  smooth: float = APPROACH1_SMOOTH_HALF_WIDTH) -> Approach1Result:
   """Approach 1: envelope of loss vs FLOPs over all runs' curves → power laws.
 
   Each curve is smoothed (:func:`smooth_curve`) and interpolated linearly in
@@ -114,7 +117,7 @@ def fit_approach1(runs: Runs, n_points: int = APPROACH1_N_POINTS,
   Args:
     runs: finished runs with eval curves (``runs.curves`` not None).
     n_points: FLOP values on the envelope.
-    smooth: points per local-linear smoothing window (1 = no smoothing).
+    smooth: half-width of the smoothing window in ln(FLOPs) (0 = no smoothing).
 
   Returns:
     An :class:`Approach1Result`.

@@ -87,6 +87,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.curve_eval_windows = 0        # with eval_windows: evals before the last step read only about this many of the windows (evenly spaced whole chunks; 0 = all), the final eval all of them
   t.eval_windows = 0              # > 0: every eval uses this many fixed, evenly spaced val windows (same for any batch size) and reports the loss's standard error; 0 = eval_batches batches of the run's own batch
   t.eval_points = 0               # extra evals at this many log-spaced steps (loss-vs-FLOPs curves)
+  t.eval_points_from = 0.0        # the eval_points start at this fraction of the run's steps (0 = step 1; 0.1 = its last decade)
   t.log_every = 25                # steps between metric rows in metrics.jsonl
   t.checkpoint_every = 200        # steps between async checkpoints (and at the end)
   t.keep_checkpoints = 2          # checkpoints kept in the workdir
@@ -207,8 +208,11 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   # 0.02 (GPT-2's std, ≈ SmallInit at d_model 768) is 5-10× too small for d_model 8…68: runs sat on
   # a loss plateau for a seed-dependent time (README, "The miniature ladder").
   t.model.init = "small"
-  t.train.update(seq_len=64, eval_points=8, eval_every=100_000, eval_batches=4, log_every=50,
-                 checkpoint_every=500, keep_checkpoints=1, warmup_steps=50)
+  # 16 curve evals over each run's last decade of FLOPs, 0.15 apart in ln FLOPs: Approach 1's lower
+  # envelope reads the curves there (evals at step 1, 2, 5… are never on it).
+  t.train.update(seq_len=64, eval_points=16, eval_points_from=0.1, eval_every=100_000,
+                 eval_batches=4, log_every=50, checkpoint_every=500, keep_checkpoints=1,
+                 warmup_steps=50)
   # The final eval: 2048 fixed windows (131k tokens); the eval_points curve evals read 256 of them.
   t.train.update(eval_windows=2048, curve_eval_windows=256)
   c.train_config = t              # the training config every run starts from
@@ -502,6 +506,9 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   for k in ("weight_decay", "grad_clip", "z_loss", "peak_flops_per_device"):
     _check_positive(t[k], f"train.{k}", allow_zero=True)
   _check_positive(t.eval_points, "train.eval_points", allow_zero=True, integer=True)
+  if (not isinstance(t.eval_points_from, (int, float)) or isinstance(t.eval_points_from, bool)
+      or not 0.0 <= t.eval_points_from < 1.0):
+    raise ConfigError(f"train.eval_points_from={t.eval_points_from!r} must be a number in [0, 1)")
   _check_positive(t.eval_windows, "train.eval_windows", allow_zero=True, integer=True)
   _check_positive(t.curve_eval_windows, "train.curve_eval_windows", allow_zero=True, integer=True)
   for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):

@@ -128,13 +128,26 @@ def test_approach2_unsupported_with_too_few_sizes():
 
 
 def test_smooth_curve_keeps_lines_and_reduces_noise():
-  x = np.linspace(0.0, 5.0, 30)
+  x = np.linspace(0.0, 5.0, 30)          # 0.17 apart: ±0.4 holds 5 points inside, 3 at the ends
   line = 3.0 - 0.2 * x
-  assert np.allclose(smooth_curve(x, line, 5), line)
+  assert np.allclose(smooth_curve(x, line, 0.4), line)
   noisy = line + np.random.default_rng(0).normal(0, 0.01, x.size)
-  smoothed = smooth_curve(x, noisy, 5)
+  smoothed = smooth_curve(x, noisy, 0.4)
   assert np.std(smoothed - line) < 0.8 * np.std(noisy - line)
-  assert np.array_equal(smooth_curve(x, noisy, 1), noisy)
+  assert np.array_equal(smooth_curve(x, noisy, 0.0), noisy)
+
+
+def test_smooth_curve_leaves_a_sparse_curved_curve_as_measured():
+  # 8 evals log-spaced over 2.6 decades of FLOPs (0.85 apart in ln FLOPs), convex in ln FLOPs like
+  # a training curve: no point has a neighbour within the window, so none moves; a count-of-points
+  # window would have pulled the last point down along the curvature.
+  x = np.log(np.geomspace(6e8, 2.5e11, 8))
+  curve = 1.7 + 0.05 * (x - x[-1]) ** 2
+  assert np.array_equal(smooth_curve(x, curve), curve)
+  # Dense in the same span, the end point stays within the curvature over its half window.
+  xd = np.linspace(x[0], x[-1], 60)
+  cd = 1.7 + 0.05 * (xd - xd[-1]) ** 2
+  assert abs(smooth_curve(xd, cd)[-1] - cd[-1]) < 0.05 * 0.2 ** 2
 
 
 def test_bootstrap_intervals_cover_truth_and_are_seeded(noisy_runs, approach3):

@@ -155,3 +155,18 @@ def test_curve_evals_read_an_evenly_spread_subset_and_the_final_eval_all(tiny_co
     bad = c.copy_and_resolve_references()
     bad.train.curve_eval_windows = -1
     config_lib.validate(bad)
+
+
+def test_eval_points_from_spreads_the_curve_over_the_runs_last_part():
+  """train.eval_points_from: the log-spaced curve evals start at that fraction of the steps."""
+  whole = train_lib.log_spaced_steps(1000, 4)
+  assert sorted(whole) == [1, 10, 100, 1000]
+  last_decade = train_lib.log_spaced_steps(1000, 4, 0.1)
+  assert sorted(last_decade) == [100, 215, 464, 1000]
+  assert train_lib.log_spaced_steps(5, 8, 0.1) == {1, 2, 3, 4, 5}   # never before step 1
+  assert train_lib.log_spaced_steps(1000, 0, 0.1) == set()
+  for bad in (1.0, -0.1, float("nan")):
+    c = config_lib.base_config()
+    c.train.eval_points_from = bad
+    with pytest.raises(config_lib.ConfigError, match="train.eval_points_from"):
+      config_lib.validate(c)

@@ -289,7 +289,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       that step is saved and every writer closed first.
   """
   t, spec = config.train, program.spec
-  eval_at = log_spaced_steps(spec.steps, t.eval_points)
+  eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
   for step, local_batch in data.batches.iterator(start_step, num_threads=config.data.read_threads):
     t_dispatch = time.perf_counter()
     state, metrics = program.step(state, program.global_batch(local_batch))

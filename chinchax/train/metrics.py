@@ -10,11 +10,18 @@ import numpy as np
 from chinchax import tblog
 
 
-def log_spaced_steps(steps: int, n: int) -> set[int]:
-  """Up to ``n`` distinct steps in [1, steps], log-spaced (for loss-vs-FLOPs curves)."""
+def log_spaced_steps(steps: int, n: int, from_fraction: float = 0.0) -> set[int]:
+  """Up to ``n`` distinct steps, log-spaced from ``from_fraction · steps`` (at least step 1)
+  to ``steps`` (for loss-vs-FLOPs curves).
+
+  ``from_fraction`` 0 spreads the points over the whole run; 0.1 over its last
+  decade of FLOPs, where an IsoFLOP ladder's lower envelope (Approach 1 of
+  Hoffmann et al. 2022) reads the curves.
+  """
   if n <= 0:
     return set()
-  return {int(s) for s in np.unique(np.round(np.geomspace(1, steps, n)).astype(int))}
+  first = max(1.0, from_fraction * steps)
+  return {int(s) for s in np.unique(np.round(np.geomspace(first, steps, n)).astype(int))}
 
 
 class MetricsLog:
