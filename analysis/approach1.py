@@ -1,8 +1,9 @@
 """Approach 1 of Hoffmann et al. 2022 (arXiv 2203.15556, Sec. 3.1): the lower envelope.
 
 The lower envelope of eval loss vs FLOPs over all runs' curves at 1500
-log-spaced FLOP values; the run on the envelope gives N_opt(C) and
-D_opt = C / (6 N_opt); power laws N_opt = k_N C^a, D_opt = k_D C^b are fitted
+log-spaced FLOP values; the sizes on and next to the envelope give N_opt(C)
+(the winning size, or the minimum of a quadratic in ln N through it and its
+neighbours) and D_opt = C / (6 N_opt); power laws N_opt = k_N C^a, D_opt = k_D C^b are fitted
 by least squares in log space.
 
 Units: N parameters, D tokens, C FLOPs, loss nats/token.
@@ -16,7 +17,7 @@ import math
 import numpy as np
 
 from chinchax import laws
-from analysis.errors import ApproachUnsupported, FitError
+from analysis.errors import ApproachUnsupported, FitError, FitOptionError
 from analysis.powerlaw import AllocationParams, fit_allocation
 from analysis.runs import Runs, tokens_6nd
 
@@ -24,6 +25,8 @@ APPROACH1_N_POINTS = 1500   # log-spaced FLOP values on the envelope (Chinchilla
 # Half-width, in ln(FLOPs), of the local-linear smoothing window of each eval curve: ±0.2 takes a
 # point's neighbours on the ladder's curves (16 evals over a run's last decade, 0.15 apart).
 APPROACH1_SMOOTH_HALF_WIDTH = 0.2
+APPROACH1_ENVELOPES = ("quadratic", "argmin")
+APPROACH1_QUADRATIC_SIZES = 2   # sizes either side of the winner in the "quadratic" envelope
 
 
 @dataclasses.dataclass
@@ -40,6 +43,9 @@ class Approach1Result(AllocationParams):
     k_D, b: D_opt = k_D · C^b (b = 1 - a up to rounding, since D = C/(6N)).
     edge_fraction: share of envelope points won by the smallest or largest N
       of the table (a large share means the sizes do not bracket the optimum).
+    n_winning_sizes: distinct sizes with the lowest loss at some FLOP value.
+    envelope: how N_opt was read off the envelope: "quadratic" or "argmin"
+      (:func:`fit_approach1`).
   """
 
   C: np.ndarray
@@ -47,6 +53,8 @@ class Approach1Result(AllocationParams):
   D_env: np.ndarray
   loss_env: np.ndarray
   edge_fraction: float
+  n_winning_sizes: int = 0
+  envelope: str = "quadratic"
 
   @property
   def law(self) -> laws.PowerLawAllocation:
@@ -99,33 +107,48 @@ def approach1_support(runs: Runs) -> str | None:
 
 
 def fit_approach1(runs: Runs, n_points: int = APPROACH1_N_POINTS,
-                  smooth: float = APPROACH1_SMOOTH_HALF_WIDTH) -> Approach1Result:
+                  smooth: float = APPROACH1_SMOOTH_HALF_WIDTH,
+                  envelope: str = "quadratic") -> Approach1Result:
   """Approach 1: envelope of loss vs FLOPs over all runs' curves → power laws.
 
   Each curve is smoothed (:func:`smooth_curve`) and interpolated linearly in
-  ln(FLOPs) (no extrapolation). At
-  ``n_points`` log-spaced FLOP values between the smallest and the largest
-  final FLOPs of the runs, the run with the lowest interpolated loss gives
-  N_opt(C) and D_opt(C) = C / (6 N_opt) (Chinchilla Sec. 3.1, Fig. 2).
+  ln(FLOPs) (no extrapolation); each model size's loss at a FLOP count is the
+  lowest of its runs' (its horizons'). At ``n_points`` log-spaced FLOP values C
+  between the smallest and the largest final FLOPs of the runs, N_opt(C) is
+  (Chinchilla Sec. 3.1, Fig. 2):
 
-  Chinchilla trained each N with 4 cosine horizons; in an IsoFLOP ladder each
-  (C, N) has one, so points before a run's end are mid-schedule and the
-  envelope leans on the runs' final points. Because single runs decide the
-  envelope, this is the most noise-sensitive of the three approaches; its
-  bootstrap interval shows how much.
+  * ``envelope="argmin"``: the size with the lowest loss (Chinchilla's rule),
+    a step function of C that can only take the ladder's sizes;
+  * ``envelope="quadratic"`` (default): the minimum of a quadratic in ln N
+    fitted by least squares to that size and up to
+    :data:`APPROACH1_QUADRATIC_SIZES` sizes either side among those with a loss
+    at C, kept within the sizes fitted; the winning size where it has no
+    neighbour on one side or the quadratic is not convex. The step function's
+    jumps are a grid's, not the law's: on synthetic ladders with a known law
+    (5–7 sizes per budget, 0.4% noise per run) the quadratic's error in a is
+    about two thirds of the argmin's (tests/test_analysis_fit.py).
+
+  D_opt(C) = C / (6 N_opt). Chinchilla trained each N with 4 cosine horizons;
+  in an IsoFLOP ladder a size has one horizon per budget it is in, so points
+  between budgets are mid-schedule points of the next budget's runs.
 
   Args:
     runs: finished runs with eval curves (``runs.curves`` not None).
     n_points: FLOP values on the envelope.
     smooth: half-width of the smoothing window in ln(FLOPs) (0 = no smoothing).
+    envelope: "quadratic" or "argmin" (:data:`APPROACH1_ENVELOPES`).
 
   Returns:
     An :class:`Approach1Result`.
 
   Raises:
     ApproachUnsupported: no curves, or fewer than 2 model sizes.
+    FitOptionError: an unknown ``envelope``.
     FitError: the envelope is degenerate (a single winning size).
   """
+  if envelope not in APPROACH1_ENVELOPES:
+    raise FitOptionError(f"unknown Approach 1 envelope {envelope!r}; valid: "
+                         f"{', '.join(APPROACH1_ENVELOPES)}")
   reason = approach1_support(runs)
   if reason:
     raise ApproachUnsupported(reason)
@@ -135,23 +158,70 @@ def fit_approach1(runs: Runs, n_points: int = APPROACH1_N_POINTS,
     raise FitError("Approach 1 needs runs that end at different FLOP counts")
   C = np.exp(np.linspace(math.log(lo), math.log(hi), n_points))
   logC = np.log(C)
-  loss = np.full((len(runs), n_points), np.inf)
-  for i, curve in enumerate(runs.curves):
+  sizes = np.unique(runs.N)
+  loss = np.full((sizes.size, n_points), np.inf)   # each size's best run at each C
+  for n, curve in zip(runs.N, runs.curves):
     log_f = np.log(curve[:, 0])
-    loss[i] = np.interp(logC, log_f, smooth_curve(log_f, curve[:, 1], smooth), left=np.inf,
-                        right=np.inf)
+    k = np.searchsorted(sizes, n)
+    loss[k] = np.minimum(loss[k], np.interp(logC, log_f, smooth_curve(log_f, curve[:, 1], smooth),
+                                            left=np.inf, right=np.inf))
   win = np.argmin(loss, axis=0)
   loss_env = loss[win, np.arange(n_points)]
   ok = np.isfinite(loss_env)
   if ok.sum() < 2:
     raise FitError("Approach 1: the eval curves do not overlap the range of final FLOPs")
-  C, win, loss_env = C[ok], win[ok], loss_env[ok]
-  N_env = runs.N[win]
-  if np.unique(N_env).size < 2:
-    raise FitError(f"Approach 1: one model size (N = {N_env[0]:.4g}) is on the envelope at every "
-                   f"FLOP count, so no power law can be fitted")
+  C, win, loss, loss_env = C[ok], win[ok], loss[:, ok], loss_env[ok]
+  if np.unique(win).size < 2:
+    raise FitError(f"Approach 1: one model size (N = {sizes[win[0]]:.4g}) is on the envelope at "
+                   f"every FLOP count, so no power law can be fitted")
+  N_env = (np.exp(_quadratic_minimum(np.log(sizes), loss, win)) if envelope == "quadratic"
+           else sizes[win])
   D_env = tokens_6nd(C, N_env)
   k_N, a, k_D, b = fit_allocation(C, N_env, D_env, "Approach 1")
-  edge = (N_env == runs.N.min()) | (N_env == runs.N.max())
+  edge = (win == 0) | (win == sizes.size - 1)
   return Approach1Result(C=C, N_env=N_env, D_env=D_env, loss_env=loss_env, k_N=k_N, a=a,
-                         k_D=k_D, b=b, edge_fraction=float(edge.mean()))
+                         k_D=k_D, b=b, edge_fraction=float(edge.mean()),
+                         n_winning_sizes=int(np.unique(win).size), envelope=envelope)
+
+
+def _quadratic_minimum(log_sizes: np.ndarray, loss: np.ndarray, win: np.ndarray,
+                       k: int | None = None) -> np.ndarray:
+  """ln N of the minimum of a least-squares quadratic in ln N at each FLOP value.
+
+  Args:
+    log_sizes: ln N of the distinct sizes, increasing, shape (S,).
+    loss: each size's loss at each FLOP value, inf where it has none, shape (S, P).
+    win: the size with the lowest loss at each FLOP value, shape (P,).
+    k: sizes either side of the winner (among those with a loss); default
+      :data:`APPROACH1_QUADRATIC_SIZES`.
+
+  Returns:
+    ln N_opt, shape (P,): the winner's ln N where it lacks a neighbour on a side
+    or the fit is not convex, else the quadratic's minimum clipped to the
+    sizes fitted.
+  """
+  k = APPROACH1_QUADRATIC_SIZES if k is None else k
+  P = loss.shape[1]
+  cols = np.arange(P)
+  defined = np.isfinite(loss)
+  rank = np.cumsum(defined, axis=0) - 1                     # place among the defined sizes
+  pos = rank[win, cols]
+  inside = defined & (np.abs(rank - pos) <= k)              # (S, P): the sizes fitted
+  x = np.where(inside, log_sizes[:, None] - log_sizes[win][None, :], 0.0)
+  y = np.where(inside, loss, 0.0)
+  w = inside.astype(float)
+  m = [(w * x ** i).sum(axis=0) for i in range(5)]          # moments of x, each (P,)
+  t = [(w * x ** i * y).sum(axis=0) for i in range(3)]
+  A = np.stack([np.stack([m[i + j] for j in range(3)], axis=-1) for i in range(3)], axis=-2)
+  rhs = np.stack(t, axis=-1)
+  interior = (pos > 0) & (pos < defined.sum(axis=0) - 1)
+  out = log_sizes[win].copy()
+  if not interior.any():
+    return out
+  coef = np.linalg.solve(A[interior], rhs[interior][..., None])[..., 0]   # c0, c1, c2
+  c1, c2 = coef[:, 1], coef[:, 2]
+  lo = np.where(inside, x, np.inf).min(axis=0)[interior]
+  hi = np.where(inside, x, -np.inf).max(axis=0)[interior]
+  vertex = np.where(c2 > 0, np.clip(-c1 / (2 * np.where(c2 > 0, c2, 1.0)), lo, hi), 0.0)
+  out[interior] += vertex
+  return out

@@ -12,7 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from analysis.approach1 import Approach1Result, approach1_support, fit_approach1
+from analysis.approach1 import (APPROACH1_ENVELOPES, Approach1Result, approach1_support,
+                                fit_approach1)
 from analysis.approach2 import Approach2Result, approach2_support, fit_approach2
 from analysis.approach3 import (HUBER_DELTA, Approach3Result, approach3_support, fit_approach3)
 from analysis.errors import FitOptionError
@@ -37,6 +38,10 @@ class FitOptions:
     asymmetry: factor of the asymmetric loss (> 0; ignored for "huber").
     grid: Approach 3: a user-given start grid, shape (S, 5)
       (:func:`analysis.approach3.start_grid`); None: Chinchilla's 4500 starts.
+    envelope: Approach 1: how N_opt is read off the lower envelope,
+      "quadratic" (default: a quadratic in ln N through the winning size and
+      its neighbours) or "argmin" (Chinchilla's winning size);
+      :func:`analysis.approach1.fit_approach1`.
 
   Per-run weights are a column of the table (``Runs.weight``), not an option.
   """
@@ -46,8 +51,12 @@ class FitOptions:
   loss: str = "huber"
   asymmetry: float = 2.0
   grid: np.ndarray | None = None
+  envelope: str = "quadratic"
 
   def __post_init__(self):
+    if self.envelope not in APPROACH1_ENVELOPES:
+      raise FitOptionError(f"unknown Approach 1 envelope {self.envelope!r}; valid: "
+                           f"{', '.join(APPROACH1_ENVELOPES)}")
     if self.window is not None and self.window < 1:
       raise FitOptionError(f"the parabola window must be >= 1 size either side, got "
                            f"{self.window}")
@@ -107,7 +116,7 @@ def fit_approach(runs: Runs, approach: str, *, starts: np.ndarray | None = None,
   check_approach(approach)
   opts = options or FitOptions()
   if approach == "1":
-    return fit_approach1(runs)
+    return fit_approach1(runs, envelope=opts.envelope)
   if approach == "2":
     return fit_approach2(runs, window=opts.window)
   return fit_approach3(runs, starts=starts, n_jobs=n_jobs, delta=opts.huber_delta,

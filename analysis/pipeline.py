@@ -41,7 +41,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
                 warn: Callable[[str], None] | None = None, window: int | None = None,
                 huber_delta: float = HUBER_DELTA, loss: str = "huber", asymmetry: float = 2.0,
                 grid: str | np.ndarray | None = None,
-                bootstrap_method: str = DEFAULT_METHOD) -> FitReport:
+                bootstrap_method: str = DEFAULT_METHOD,
+                envelope: str = "quadratic") -> FitReport:
   """Fits a results table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
 
   Args:
@@ -76,13 +77,15 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       N, D and budgets and resamples the noise, the pooled residuals in ln L
       of per-budget quadratics) or "runs" (resample runs with replacement);
       :func:`analysis.bootstrap.bootstrap`.
+    envelope: Approach 1's reading of the envelope, "quadratic" or "argmin"
+      (:func:`analysis.approach1.fit_approach1`).
 
   Returns:
     The :class:`~analysis.fit.FitReport`.
 
   Raises:
     FitOptionError: an unknown law in ``compare``, an unknown ``approach``, or
-      a bad window, Huber delta, loss, asymmetry, grid or bootstrap method.
+      a bad window, Huber delta, loss, asymmetry, grid, bootstrap method or envelope.
     ResultsError: the table cannot be read or used.
     ApproachUnsupported: an explicitly requested approach cannot run on the table.
     FitError: no approach could be fitted, or the requested one failed.
@@ -101,7 +104,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     raise FitOptionError(str(e)) from None
   check_method(bootstrap_method)
   options = FitOptions(window=window, huber_delta=huber_delta, loss=loss, asymmetry=asymmetry,
-                       grid=_grid(grid))
+                       grid=_grid(grid), envelope=envelope)
   t0 = time.perf_counter()
   runs = load_results(results_path, min_budgets=min_budgets)
   runs = runs.drop_highest_loss(drop_highest_loss)

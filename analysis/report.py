@@ -89,9 +89,10 @@ def _approach_dict(key: str, res, boot, warnings: Sequence[str] = ()) -> dict:
   if key in ("1", "2"):
     d["fit_range_flops"] = [_f(v) for v in res.law.fit_range_flops]
   if key == "1":
-    d.update({"edge_fraction": _f(res.edge_fraction), "n_envelope_points": int(len(res.C)),
+    d.update({"envelope": res.envelope, "edge_fraction": _f(res.edge_fraction),
+              "n_envelope_points": int(len(res.C)),
               "C_range": [_f(res.C[0]), _f(res.C[-1])],
-              "distinct_N_on_envelope": int(np.unique(res.N_env).size)})
+              "distinct_N_on_envelope": int(res.n_winning_sizes)})
   elif key == "2":
     d.update({"n_budgets_used": len(res.used), "n_budgets_left_out": len(res.left_out),
               "window": res.window, "noise_floor": _f(res.noise_floor),
@@ -305,8 +306,10 @@ def markdown(data: dict) -> str:
         lines.append(f"Bootstrap: {d['bootstrap']['method']} ({d['bootstrap']['wall_time_s']:.1f}"
                      f" s, {d['bootstrap']['n_failed']} failed).")
       if key == "1":
-        lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, "
-                     f"{d['distinct_N_on_envelope']} distinct N on it; "
+        how = ("the minimum of a quadratic in ln N through the winning size and up to 2 "
+               "sizes either side" if d.get("envelope") == "quadratic" else "the winning size")
+        lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, N_opt = {how}, "
+                     f"{d['distinct_N_on_envelope']} sizes winning some of them; "
                      f"{100 * d['edge_fraction']:.0f}% of points won by the smallest or largest N.")
       if key == "2" and d.get("window"):
         lines.append(f"Each parabola fitted on the sizes within {d['window']} places of the "

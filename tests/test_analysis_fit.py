@@ -9,7 +9,7 @@ from analysis.approach2 import fit_approach2
 from analysis.approach3 import chinchilla_grid, fit_approach3, huber_objective
 from analysis.approaches import support_reason
 from analysis.bootstrap import bootstrap
-from analysis.errors import ApproachUnsupported
+from analysis.errors import ApproachUnsupported, FitOptionError
 from analysis.fit import fit_all
 from analysis.runs import runs_from_arrays
 from analysis.synthetic import synthetic_runs
@@ -95,13 +95,53 @@ def test_approach2_recovers_exponents(noisy_runs):
   assert len(res.used) == len(BUDGETS)
 
 
-def test_approach1_recovers_exponents(curve_runs):
-  res = fit_approach1(curve_runs)
+@pytest.mark.parametrize("envelope", ["quadratic", "argmin"])
+def test_approach1_recovers_exponents(curve_runs, envelope):
+  res = fit_approach1(curve_runs, envelope=envelope)
+  assert res.envelope == envelope
   assert abs(res.a - TRUE.a) < 0.02
   assert abs(res.b - TRUE.b) < 0.02
   assert len(res.C) == APPROACH1_N_POINTS
-  assert np.unique(res.N_env).size > 10
+  assert res.n_winning_sizes > 10
   assert np.allclose(6 * res.N_env * res.D_env, res.C)
+
+
+def test_approach1_quadratic_envelope_beats_argmin_on_a_small_ladder():
+  """A ladder-sized grid (4 budgets over 1.5 decades, 5 sizes each, 0.4% noise per run): against
+  the known law, reading N_opt off a quadratic through the winning size and its neighbours errs
+  less than the winning size itself (the argmin can only take the grid's sizes)."""
+  law = laws.ParametricLaw("ladder-like", E=1.1, A=90.0, B=60.0, alpha=0.55, beta=0.40)
+  err = {"quadratic": [], "argmin": []}
+  for seed in range(24):
+    runs = synthetic_runs(law, np.geomspace(2.5e10, 8e11, 4), n_sizes=5, span=2.5, noise=0.004,
+                          seed=seed, curve_points=31, curve_noise=0.002)
+    for envelope in err:
+      err[envelope].append(fit_approach1(runs, envelope=envelope).a - law.a)
+  rmse = {k: float(np.sqrt(np.mean(np.square(v)))) for k, v in err.items()}
+  assert rmse["quadratic"] < 0.8 * rmse["argmin"], rmse
+  assert abs(np.mean(err["quadratic"])) < 0.03, rmse
+
+
+def test_approach1_quadratic_envelope_finds_a_minimum_between_sizes():
+  """Three sizes, losses exactly quadratic in ln N with the minimum a third of the way from the
+  middle size to the largest: the quadratic puts N_opt there, the argmin on the middle size.
+  Past the first two curves' end only the largest size has a loss: it is N_opt there."""
+  sizes = np.array([1e4, 2e4, 4e4])
+  x_min = np.log(sizes[1]) + np.log(2.0) / 3
+  curves = []
+  for n, end in zip(sizes, (1e11, 1e11, 1.2e11)):
+    flops = np.geomspace(1e10, end, 9)
+    curves.append(np.stack([flops, 3.0 - 0.2 * np.log(flops / 1e10)
+                            + 0.1 * (np.log(n) - x_min) ** 2], axis=1))
+  runs = runs_from_arrays(sizes, [c[-1, 0] / (6 * n) for c, n in zip(curves, sizes)],
+                          [c[-1, 1] for c in curves], curves=curves, budget=[1e11] * 3)
+  q = fit_approach1(runs, envelope="quadratic")
+  g = fit_approach1(runs, envelope="argmin")
+  assert q.N_env[0] == pytest.approx(np.exp(x_min), rel=1e-9)
+  assert g.N_env[0] == sizes[1]
+  assert np.allclose(q.N_env[1:], sizes[2]) and np.allclose(g.N_env[1:], sizes[2])
+  with pytest.raises(FitOptionError, match="unknown Approach 1 envelope 'nearest'"):
+    fit_approach1(runs, envelope="nearest")
 
 
 def test_approach2_leaves_out_edge_budgets():

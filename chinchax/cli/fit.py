@@ -3,6 +3,7 @@
     chinchax fit RESULTS [--approach 1|2|3|all] [--out DIR] [--bootstrap N] [--seed S]
                          [--window K] [--loss huber|asymmetric] [--asymmetry F]
                          [--huber-delta X] [--grid SPEC] [--bootstrap-method residuals|runs]
+                         [--envelope quadratic|argmin]
 
 RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
 or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from analysis.approach1 import APPROACH1_ENVELOPES
 from analysis.approach3 import HUBER_DELTA
 from analysis.approaches import LOSSES
 from analysis.bootstrap import DEFAULT_METHOD, METHODS, check_method
@@ -64,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                  help="Approach 2: fit each parabola only on the K sizes either side of the "
                       "lowest observed loss (default: all sizes); a narrow window removes the "
                       "bias of wide IsoFLOP grids")
+  p.add_argument("--envelope", default="quadratic", choices=APPROACH1_ENVELOPES,
+                 help="Approach 1: N_opt at each FLOP value is the minimum of a quadratic in ln N "
+                      "through the winning size and 2 sizes either side (default), or the "
+                      "winning size itself (argmin, Chinchilla's rule)")
   p.add_argument("--loss", default="huber", choices=LOSSES,
                  help="Approach 3's loss: Chinchilla's Huber, or an asymmetric Huber that "
                       "weighs runs the law under-predicts by --asymmetry")
@@ -119,5 +125,5 @@ def main(argv: list[str] | None = None) -> int:
               log=None if args.quiet else console.say,
               warn=(lambda msg: None) if args.quiet else console.warn, window=args.window,
               huber_delta=args.huber_delta, loss=args.loss, asymmetry=args.asymmetry,
-              grid=args.grid, bootstrap_method=args.bootstrap_method)
+              grid=args.grid, bootstrap_method=args.bootstrap_method, envelope=args.envelope)
   return 0
