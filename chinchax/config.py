@@ -174,13 +174,13 @@ def get_variant(name: str) -> ml_collections.ConfigDict:
 
 
 def base_ladder_config() -> ml_collections.ConfigDict:
-  """The default miniature ladder: 4 IsoFLOP budgets × 5 sizes on the stdlib corpus (bytes)."""
+  """The default miniature ladder: 5 IsoFLOP budgets × 5 sizes on the stdlib corpus (bytes)."""
   c = ml_collections.ConfigDict()
   c.workdir = "runs/ladder"       # results.jsonl, runs/<run_id>/ and fit/ go here
   c.ladder = l = ml_collections.ConfigDict()
   l.c_min = 2.5e10                # smallest IsoFLOP budget C (FLOPs, C = 6ND)
   l.c_max = 8e11                  # largest budget (FLOPs): 1.5 decades above c_min
-  l.n_budgets = 4                 # budgets, geometrically spaced from c_min to c_max
+  l.n_budgets = 5                 # budgets, geometrically spaced from c_min to c_max (2.4× apart: each size gets up to 3 horizons, for Approach 1's envelope)
   l.sizes_per_budget = 5          # model sizes per budget, log-spaced around N_opt(C)
   l.spread = 2.5                  # sizes run from N_opt/spread to N_opt·spread
   l.tokens_per_param = 50.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 25–65 here (20 is Chinchilla's at scale)

@@ -9,7 +9,7 @@ Schedules and rules: `--config.ladder.schedule=wsd` (one trunk per shape, cooldo
 `--config.ladder.hparams=fixed|deepseek|porian`, `--config.ladder.validate=False`.
 
 Variants:
-  default    4 IsoFLOP budgets (2.5e10 … 8e11 FLOPs) × 5 sizes on the embedded stdlib corpus
+  default    5 IsoFLOP budgets (2.5e10 … 8e11 FLOPs) × 5 sizes on the embedded stdlib corpus
              (bytes), then a validation run at 3 × 8e11.
   gutenberg  the same grid on ../shared/corpora/gutenberg-en/*.txt with a trained BPE tokenizer.
   tiny       3 × 3 very small runs, for tests.
