@@ -22,6 +22,9 @@ from analysis.bootstrap import BootstrapResult
 
 EDGE_FRACTION_WARN = 0.5   # Approach 1: share of envelope points won by an extreme size
 E_ZERO_FRACTION = 0.05     # Approach 3: E's lower bound below this share of E "reaches 0"
+# Approach 3: warn when the law's RMS residual in ln L exceeds this multiple of the runs' scatter
+# about their per-budget quadratics (the residual bootstrap's pooled s.d.).
+FORM_MISFIT_RATIO = 2.0
 
 
 def _approach3_warnings(res, boot: BootstrapResult | None) -> list[str]:
@@ -40,6 +43,15 @@ def _approach3_warnings(res, boot: BootstrapResult | None) -> list[str]:
   if not res.converged:
     out.append(f"L-BFGS did not report convergence from the best start ({res.n_iter} "
                f"iterations)")
+  sd = None if boot is None else boot.residual_sd
+  if sd is not None and np.isfinite(sd) and sd > 0 and res.residuals.size:
+    rms = float(np.sqrt(np.mean(np.square(res.residuals))))
+    if rms > FORM_MISFIT_RATIO * sd:
+      out.append(f"the law misses the runs by {rms:.2g} in ln L (RMS), {rms / sd:.1f}x their "
+                 f"scatter about the IsoFLOP quadratics ({sd:.2g}): the form E + A/N^alpha + "
+                 f"B/D^beta does not hold to the runs' precision over this grid, so where its a "
+                 f"differs from Approaches 1 and 2 the difference is the form's, and its interval "
+                 f"(which resamples only that scatter) is too narrow")
   if boot is not None and "E" in boot.ci:
     e_lo, e_hi = boot.ci["E"]
     if np.isfinite(e_lo) and e_lo < E_ZERO_FRACTION * res.E:

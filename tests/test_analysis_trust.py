@@ -341,3 +341,26 @@ def test_approach3_optimum_beyond_float_range_is_a_fit_error_not_an_overflow(mon
   monkeypatch.setattr(approach3, "run_lbfgs_starts", runaway)
   with pytest.raises(approach3.FitError, match=r"log A = 902.2, beyond what a float can hold"):
     fit_approach3(runs, polish=False)
+
+
+def test_approach3_warns_when_its_form_misses_the_runs_by_more_than_their_scatter(
+    tmp_path, small_grid):
+  """Losses from the additive law (0.3% noise): no warning. The same runs times
+  exp(0.02·(ln(D/N) - mean)²), a bend along D/N that each budget's quadratic in ln N absorbs
+  but E + A/N^alpha + B/D^beta cannot: the misfit is named, with its size against the scatter."""
+  budgets = np.geomspace(1e18, 1e20, 4)
+  clean = synthetic_runs(TRUE, budgets, n_sizes=7, span=4.0, noise=0.003, seed=2)
+  r = np.log(clean.D / clean.N)
+  bent = runs_from_arrays(clean.N, clean.D, clean.loss * np.exp(0.02 * (r - r.mean()) ** 2),
+                          budget=clean.budget)
+  texts = {}
+  for name, runs in (("clean", clean), ("bent", bent)):
+    out = tmp_path / name
+    assert chinchax_cli.main(["fit", str(_write_csv(tmp_path / f"{name}.csv", runs, budgets=True)),
+                              "--approach", "3", "--out", str(out), "--bootstrap", "5",
+                              "--no-figures", "--quiet"]) == 0
+    texts[name] = " ".join(w["message"] for w in
+                           json.loads((out / "fit.json").read_text())["warnings"])
+  assert "does not hold to the runs' precision" not in texts["clean"]
+  assert "does not hold to the runs' precision" in texts["bent"]
+  assert "their scatter about the IsoFLOP quadratics" in texts["bent"]
