@@ -158,5 +158,6 @@ def test_status_with_local_workers_lists_the_batches_the_workers_train(tmp_path)
          "--config.ladder.status=True", f"--config.ladder.workers={k}"],
         capture_output=True, text=True, timeout=300, check=True).stdout
     listings.append([line for line in out.splitlines() if "batch=" in line])
-  assert listings[0] == listings[1] and len(listings[0]) == 20
+  lc = config_lib.get_ladder_variant("default").ladder
+  assert listings[0] == listings[1] and len(listings[0]) == lc.n_budgets * lc.sizes_per_budget
   assert any(int(line.split("batch=")[1].split()[0]) % 2 for line in listings[0])  # odd: unrounded
