@@ -91,7 +91,8 @@ def smooth_curve(log_flops: np.ndarray, loss: np.ndarray,
       continue
     x, y = log_flops[near], loss[near]
     dx = x - x.mean()
-    slope = (dx * (y - y.mean())).sum() / (dx * dx).sum()
+    denom = (dx * dx).sum()     # 0 when every point in the window is at the same FLOPs
+    slope = (dx * (y - y.mean())).sum() / denom if denom > 0 else 0.0
     out[i] = y.mean() + slope * (log_flops[i] - x.mean())
   return out
 
