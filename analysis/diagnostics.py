@@ -23,11 +23,11 @@ from analysis.bootstrap import BootstrapResult
 EDGE_FRACTION_WARN = 0.5   # Approach 1: share of envelope points won by an extreme size
 E_ZERO_FRACTION = 0.05     # Approach 3: E's lower bound below this share of E "reaches 0"
 # Approach 3: warn when the law's RMS residual in ln L exceeds this multiple of the runs' scatter
-# about their per-budget quadratics (the residual bootstrap's pooled s.d.).
+# about their per-budget quadratics (analysis.bootstrap.residual_pool's pooled s.d.).
 FORM_MISFIT_RATIO = 2.0
 
 
-def _approach3_warnings(res, boot: BootstrapResult | None) -> list[str]:
+def _approach3_warnings(res, boot: BootstrapResult | None, scatter_sd: float | None) -> list[str]:
   out = []
   lo, hi = res.grid_box if res.grid_box is not None else (None, None)
   if not res.optimum_inside_grid:
@@ -43,15 +43,15 @@ def _approach3_warnings(res, boot: BootstrapResult | None) -> list[str]:
   if not res.converged:
     out.append(f"L-BFGS did not report convergence from the best start ({res.n_iter} "
                f"iterations)")
-  sd = None if boot is None else boot.residual_sd
+  sd = scatter_sd
   if sd is not None and np.isfinite(sd) and sd > 0 and res.residuals.size:
     rms = float(np.sqrt(np.mean(np.square(res.residuals))))
     if rms > FORM_MISFIT_RATIO * sd:
       out.append(f"the law misses the runs by {rms:.2g} in ln L (RMS), {rms / sd:.1f}x their "
                  f"scatter about the IsoFLOP quadratics ({sd:.2g}): the form E + A/N^alpha + "
                  f"B/D^beta does not hold to the runs' precision over this grid, so where its a "
-                 f"differs from Approaches 1 and 2 the difference is the form's, and its interval "
-                 f"(which resamples only that scatter) is too narrow")
+                 f"differs from Approaches 1 and 2 the difference is the form's, and a residual-"
+                 f"bootstrap interval (which resamples only that scatter) is too narrow")
   if boot is not None and "E" in boot.ci:
     e_lo, e_hi = boot.ci["E"]
     if np.isfinite(e_lo) and e_lo < E_ZERO_FRACTION * res.E:
@@ -77,13 +77,17 @@ def _bootstrap_warnings(boot: BootstrapResult | None) -> list[str]:
   return out
 
 
-def approach_warnings(key: str, res, boot: BootstrapResult | None = None) -> list[str]:
+def approach_warnings(key: str, res, boot: BootstrapResult | None = None,
+                      scatter_sd: float | None = None) -> list[str]:
   """The warnings on one approach's fit and bootstrap, one sentence each.
 
   Args:
     key: "1", "2" or "3".
     res: that approach's result.
     boot: its bootstrap, or None.
+    scatter_sd: the runs' scatter in ln L about per-budget quadratics in ln N
+      (:func:`analysis.bootstrap.residual_pool`), against which Approach 3's
+      residuals are judged; None: not judged.
 
   Returns:
     Warnings, possibly none.
@@ -95,5 +99,5 @@ def approach_warnings(key: str, res, boot: BootstrapResult | None = None) -> lis
   elif key == "2":
     out += res.warnings()
   elif key == "3":
-    out += _approach3_warnings(res, boot)
+    out += _approach3_warnings(res, boot, scatter_sd)
   return out + _bootstrap_warnings(boot)

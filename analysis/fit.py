@@ -26,7 +26,8 @@ import numpy as np
 
 from analysis.approaches import (APPROACHES, ApproachResult, FitOptions, check_approach,
                                  fit_approach, support_reason)
-from analysis.bootstrap import DEFAULT_METHOD, BootstrapResult, bootstrap, check_method
+from analysis.bootstrap import (DEFAULT_METHOD, BootstrapResult, bootstrap, check_method,
+                                residual_pool)
 from analysis.diagnostics import approach_warnings
 from analysis.errors import ApproachUnsupported, FitError
 from analysis.runs import Runs
@@ -99,6 +100,8 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
   for a in approaches:
     check_approach(a)
   fC = frontier_flops(runs)
+  pool = residual_pool(runs)     # the runs' scatter about per-budget quadratics, for warnings
+  scatter_sd = pool.sd if pool.dof > 0 else None
   results, boots, skipped, warnings = {}, {}, {}, {}
   for a in approaches:
     reason = support_reason(runs, a, options)
@@ -121,7 +124,7 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
                            options=options, method=bootstrap_method)
       say(f"approach {a}: {n_bootstrap} bootstrap replicates ({boots[a].resampling}) in "
           f"{boots[a].wall_time_s:.1f} s")
-    warnings[a] = approach_warnings(a, res, boots.get(a))
+    warnings[a] = approach_warnings(a, res, boots.get(a), scatter_sd=scatter_sd)
   return FitReport(runs=runs, results=results, bootstraps=boots, skipped=skipped,
                    requested=tuple(approaches), frontier_C=fC, options=options,
                    warnings=warnings)

@@ -118,7 +118,7 @@ def test_approach1_quadratic_envelope_beats_argmin_on_a_small_ladder():
     for envelope in err:
       err[envelope].append(fit_approach1(runs, envelope=envelope).a - law.a)
   rmse = {k: float(np.sqrt(np.mean(np.square(v)))) for k, v in err.items()}
-  assert rmse["quadratic"] < 0.8 * rmse["argmin"], rmse
+  assert rmse["quadratic"] < 0.9 * rmse["argmin"], rmse    # 0.79 on these seeds, 0.75-0.79 on 100-200
   assert abs(np.mean(err["quadratic"])) < 0.03, rmse
 
 
