@@ -97,6 +97,13 @@ def smooth_curve(log_flops: np.ndarray, loss: np.ndarray,
   return out
 
 
+def check_envelope(envelope: str) -> None:
+  """Raises FitOptionError unless ``envelope`` is one of :data:`APPROACH1_ENVELOPES`."""
+  if envelope not in APPROACH1_ENVELOPES:
+    raise FitOptionError(f"unknown Approach 1 envelope {envelope!r}; valid: "
+                         f"{', '.join(APPROACH1_ENVELOPES)}")
+
+
 def approach1_support(runs: Runs) -> str | None:
   """None if Approach 1 can run on ``runs``, else the reason it cannot."""
   if runs.curves is None:
@@ -148,9 +155,7 @@ def fit_approach1(runs: Runs, n_points: int = APPROACH1_N_POINTS,
     FitOptionError: an unknown ``envelope``.
     FitError: the envelope is degenerate (a single winning size).
   """
-  if envelope not in APPROACH1_ENVELOPES:
-    raise FitOptionError(f"unknown Approach 1 envelope {envelope!r}; valid: "
-                         f"{', '.join(APPROACH1_ENVELOPES)}")
+  check_envelope(envelope)
   reason = approach1_support(runs)
   if reason:
     raise ApproachUnsupported(reason)

@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from analysis.approach1 import (APPROACH1_ENVELOPES, Approach1Result, approach1_support,
+from analysis.approach1 import (Approach1Result, approach1_support, check_envelope,
                                 fit_approach1)
 from analysis.approach2 import Approach2Result, approach2_support, fit_approach2
 from analysis.approach3 import (HUBER_DELTA, Approach3Result, approach3_support, fit_approach3)
@@ -54,9 +54,7 @@ class FitOptions:
   envelope: str = "quadratic"
 
   def __post_init__(self):
-    if self.envelope not in APPROACH1_ENVELOPES:
-      raise FitOptionError(f"unknown Approach 1 envelope {self.envelope!r}; valid: "
-                           f"{', '.join(APPROACH1_ENVELOPES)}")
+    check_envelope(self.envelope)
     if self.window is not None and self.window < 1:
       raise FitOptionError(f"the parabola window must be >= 1 size either side, got "
                            f"{self.window}")

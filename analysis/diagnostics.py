@@ -43,7 +43,7 @@ def _approach3_warnings(res, boot: BootstrapResult | None, scatter_sd: float | N
   if not res.converged:
     out.append(f"L-BFGS did not report convergence from the best start ({res.n_iter} "
                f"iterations)")
-  sd = scatter_sd
+  sd = scatter_sd     # the runs' scatter in ln L; None: not judged
   if sd is not None and np.isfinite(sd) and sd > 0 and res.residuals.size:
     rms = float(np.sqrt(np.mean(np.square(res.residuals))))
     if rms > FORM_MISFIT_RATIO * sd:

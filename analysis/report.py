@@ -33,6 +33,7 @@ import numpy as np
 from chinchax import laws
 from analysis import approach2
 from analysis import validation as validation_lib
+from analysis.approach1 import APPROACH1_QUADRATIC_SIZES
 from analysis.approach3 import THETA_NAMES
 from analysis.approaches import APPROACHES
 from analysis.bootstrap import BootstrapResult, percentile_interval
@@ -306,8 +307,9 @@ def markdown(data: dict) -> str:
         lines.append(f"Bootstrap: {d['bootstrap']['method']} ({d['bootstrap']['wall_time_s']:.1f}"
                      f" s, {d['bootstrap']['n_failed']} failed).")
       if key == "1":
-        how = ("the minimum of a quadratic in ln N through the winning size and up to 2 "
-               "sizes either side" if d.get("envelope") == "quadratic" else "the winning size")
+        how = ("the minimum of a quadratic in ln N through the winning size and up to "
+               f"{APPROACH1_QUADRATIC_SIZES} sizes either side" if d.get("envelope") == "quadratic"
+               else "the winning size")
         lines.append(f"Envelope: {d['n_envelope_points']} FLOP values, N_opt = {how}, "
                      f"{d['distinct_N_on_envelope']} sizes winning some of them; "
                      f"{100 * d['edge_fraction']:.0f}% of points won by the smallest or largest N.")
