@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import pathlib
+import platform
 import re
 import statistics
 import sys
@@ -43,20 +44,24 @@ def _rows(workdir: pathlib.Path) -> list[dict]:
 
 
 def _peak_flops() -> tuple[float, str]:
-  """The host's float32 matmul peak as chinchax calibrated it on one CPU device in a process
-  free to use every core (a pinned ladder worker's own entry measures its one core)."""
+  """This host's float32 matmul peak as chinchax calibrated it in a process free to use every
+  core: the largest such entry of the cache (a pinned ladder worker's own entry measures its
+  one core and is left out; with K devices the calibration runs on all K at once, so any
+  device count measures the whole host)."""
   path = mfu.cpu_flops_cache()
   try:
     data = json.loads(path.read_text())
   except (OSError, ValueError):
     return math.nan, "not measured (run chinchax train once)"
-  # The whole host on one device: "…|1 devices" (older entries), or "…|K cores|K usable|…|1 devices|
-  # all at once" (a process free to use every core, not a pinned worker).
-  one = sorted((k, v) for k, v in data.items() if k.endswith("|1 devices") or (
-      k.endswith("|1 devices|all at once")
-      and re.search(r"\|(\d+) cores\|\1 usable\|", k)))
-  return ((float(one[0][1]), f"{path} (1 device)") if one
-          else (math.nan, f"no 1-device entry: {path}"))
+  # "host|cpu|K cores|K usable|jax V|D devices|all at once", or older "…|1 devices" entries.
+  host = f"{platform.node()}|"
+  whole = [(float(v), k) for k, v in data.items() if k.startswith(host) and (
+      k.endswith("|1 devices") or (k.endswith("|all at once")
+                                   and re.search(r"\|(\d+) cores\|\1 usable\|", k)))]
+  if not whole:
+    return math.nan, f"no whole-host entry for {platform.node()} in {path}"
+  flops, key = max(whole)
+  return flops, f"{path} ({key.split('|')[-2] if key.endswith('at once') else key.split('|')[-1]})"
 
 
 def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:

@@ -12,6 +12,7 @@ what would be valid.
 from __future__ import annotations
 
 import math
+import re
 
 import ml_collections
 
@@ -93,6 +94,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.keep_checkpoints = 2          # checkpoints kept in the workdir
   t.peak_flops_per_device = 0.0   # FLOP/s peak for MFU; 0 = known accelerator table or CPU matmul calibration
   t.progress = True               # tqdm progress bar on process 0
+  t.compiler_options = "auto"     # XLA options of the jitted programs: auto (chinchax's per backend; CPU: no YNNPACK dot fusions, train/compiler.py) | "" (XLA's defaults) | "xla_name=value,..."
   t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
 
   c.budget = b = ml_collections.ConfigDict()
@@ -375,6 +377,40 @@ def parse_save_steps(text) -> tuple[int, ...]:
   return tuple(sorted(steps))
 
 
+COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per backend
+_XLA_OPTION_NAME = re.compile(r"^xla_[a-z0-9_]+$")
+
+
+def parse_compiler_options(text) -> dict[str, str]:
+  """``train.compiler_options`` other than "auto" ("name=value,name=value" or "") as
+  {name: value}; a value may be empty ("xla_cpu_experimental_ynn_fusion_type=").
+
+  Only the syntax is checked here; ``chinchax.train.compiler.resolve`` asks XLA.
+
+  Raises:
+    ConfigError: not a string, an entry without ``=``, a name that is not an XLA
+      option name (``xla_`` then lower-case letters, digits, underscores), or a
+      name given twice.
+  """
+  if not isinstance(text, str):
+    raise ConfigError(f"train.compiler_options={text!r} must be a string: "
+                      f"{COMPILER_OPTIONS_AUTO!r}, '' or 'xla_name=value,...'")
+  out: dict[str, str] = {}
+  for item in (part.strip() for part in text.split(",")):
+    if not item:
+      continue
+    name, eq, value = (x.strip() for x in item.partition("="))
+    if not eq or not _XLA_OPTION_NAME.match(name):
+      raise ConfigError(
+          f"train.compiler_options={text!r}: {item!r} is not name=value with an XLA option "
+          f"name (xla_…, e.g. xla_cpu_experimental_ynn_fusion_type=); give "
+          f"{COMPILER_OPTIONS_AUTO!r}, '' (XLA's defaults) or comma-separated name=value")
+    if name in out:
+      raise ConfigError(f"train.compiler_options={text!r} names {name} twice")
+    out[name] = value
+  return out
+
+
 def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
   """Fills in the one -1 axis of the mesh so the product equals ``n_devices``.
 
@@ -491,6 +527,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
+  if t.compiler_options != COMPILER_OPTIONS_AUTO:
+    parse_compiler_options(t.compiler_options)
 
   _check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:

@@ -137,6 +137,15 @@ def test_stdlib_source_is_sorted_real_python():
   assert not any("site-packages" in n for n in names)
 
 
+def test_stdlib_source_lists_every_stdlib_file_once():
+  # The corpus (so every store's fingerprint) is defined as every *.py under the stdlib root
+  # outside third-party trees; the source walks it without entering those trees.
+  src = sources.StdlibSource()
+  expected = sorted(f for f in src.root.rglob("*.py") if f.is_file()
+                    and not {"site-packages", "dist-packages"} & set(f.relative_to(src.root).parts))
+  assert src.files == expected
+
+
 def test_txt_documents_paragraph_and_line(tmp_path):
   (tmp_path / "one.txt").write_bytes(b"First para\nstill first.\n\n\nSecond para.\r\n  \r\nThird.\n")
   by_file = [d for _, d in sources.FileSource(str(tmp_path / "one.txt"))]

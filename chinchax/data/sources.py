@@ -27,6 +27,7 @@ from chinchax import paths as paths_lib
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_DOCUMENTS = ("file", "paragraph", "line")
+_THIRD_PARTY_DIRS = ("site-packages", "dist-packages")  # left out of the stdlib corpus
 
 
 class DataError(errors.UserError):
@@ -83,8 +84,12 @@ class StdlibSource:
 
   def __init__(self):
     self.root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    self.files = [f for f in sorted(self.root.rglob("*.py"))
-                  if not {"site-packages", "dist-packages"} & set(f.parts) and f.is_file()]
+    found = []
+    for directory, subdirs, names in os.walk(self.root):
+      # Not walked at all: a site-packages tree can hold many times the stdlib's files.
+      subdirs[:] = [d for d in subdirs if d not in _THIRD_PARTY_DIRS]
+      found += [pathlib.Path(directory, n) for n in names if n.endswith(".py")]
+    self.files = [f for f in sorted(found) if f.is_file()]
     if not self.files:
       raise DataError(f"no standard-library .py files found under {self.root}")
 

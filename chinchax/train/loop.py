@@ -387,7 +387,7 @@ def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: _StepLog) -> None:
 
 def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final_step: int,
              unigram: float, peak_src: str, resumed: bool, wall_s: float,
-             init: dict | None = None) -> dict:
+             init: dict | None = None, compiler_options: dict | None = None) -> dict:
   """The run's summary (also written to ``summary.json``): tokens, N, C, losses, speed.
 
   ``final_eval_loss_se`` is the standard error of ``final_eval_loss`` over the
@@ -421,6 +421,7 @@ def _summary(workdir: pathlib.Path, spec, data: RunData, log: _StepLog, *, final
       "peak_flops": log.peak_total, "peak_flops_source": peak_src,
       "compile_s": log.compile_s, "wall_s": wall_s, "resumed": resumed,
       "mesh": {k: int(v) for k, v in spec.mesh.items()},
+      "compiler_options": dict(compiler_options or {}),
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
   }
@@ -554,7 +555,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     log.eval_loss, log.eval_loss_se = evaluate(state["params"])
   summary = _summary(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
                      unigram=unigram, peak_src=peak_src, resumed=resumed,
-                     wall_s=time.time() - t_start, init=init)
+                     wall_s=time.time() - t_start, init=init,
+                     compiler_options=program.compiler_options)
   summary = _keep_measured_speed(summary, workdir / "summary.json")
   if primary:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -23,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from chinchax import model as model_lib
 from chinchax import sharding as sharding_lib
+import chinchax.train.compiler as compiler
 import chinchax.train.optim as optim
 import chinchax.train.spec as spec_lib
 from chinchax.train.spec import RunSpec
@@ -91,7 +92,8 @@ def jit_eval_rows(program: "TrainProgram") -> Callable:
   eval step, the [B] losses replicated so every process can read them all."""
   return jax.jit(make_eval_rows_step(program.graphdef),
                  in_shardings=(program.shardings["params"], program.batch_sharding),
-                 out_shardings=NamedSharding(program.mesh, jax.sharding.PartitionSpec()))
+                 out_shardings=NamedSharding(program.mesh, jax.sharding.PartitionSpec()),
+                 compiler_options=program.compiler_options)
 
 
 def global_batch(batch_sh, local_BT1, global_batch_size: int) -> jax.Array:
@@ -114,6 +116,8 @@ class TrainProgram:
     batch_sharding: sharding of a global batch int32 [B, T+1] (rows over data×fsdp).
     step: jitted (state, batch [B, T+1]) → (state, metrics), state donated.
     eval_step: jitted (params, batch [B, T+1]) → mean cross-entropy.
+    compiler_options: the XLA options every program of the run is compiled with
+      (``train.compiler_options`` resolved by ``train.compiler.resolve``).
   """
 
   spec: RunSpec
@@ -127,6 +131,7 @@ class TrainProgram:
   step: Callable
   eval_step: Callable
   init: Callable
+  compiler_options: dict = dataclasses.field(default_factory=dict)
 
   def init_state(self):
     """A fresh train state created directly sharded (jit of the init with out_shardings)."""
@@ -155,13 +160,17 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   The state is sized by ``nnx.eval_shape`` (no allocation); its shardings come
   from the logical-axis rules (``sharding.state_shardings``); the step is jitted
   with explicit in/out shardings (state as the shardings, batch over
-  (data, fsdp)) and donates the state.
+  (data, fsdp)) and donates the state. Every program is compiled with
+  ``train.compiler_options`` (``train.compiler.resolve``).
 
   Args:
     config: the run's ConfigDict (``train.*`` optimizer knobs, ``train.z_loss``, ``seed``).
     spec: ``resolve(config, n_devices)``.
     mesh: the device mesh (``sharding.make_mesh(spec.mesh, devices)``).
+  Raises:
+    ConfigError: ``train.compiler_options`` that this XLA refuses.
   """
+  options = compiler.resolve(config.train.compiler_options, mesh.devices.flat[0].platform)
   tx, schedule = optim.make_optimizer(config, spec)
   seed = config.seed
 
@@ -177,11 +186,13 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   batch_sh = sharding_lib.batch_sharding(mesh)
   step = jax.jit(make_train_step(graphdef, tx, schedule, config.train.z_loss),
                  in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
-                 donate_argnums=0)
-  eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings["params"], batch_sh))
+                 donate_argnums=0, compiler_options=options)
+  eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings["params"], batch_sh),
+                      compiler_options=options)
   return TrainProgram(spec=spec, mesh=mesh, tx=tx, schedule=schedule, graphdef=graphdef,
                       abstract_state=abstract_state, shardings=shardings,
-                      batch_sharding=batch_sh, step=step, eval_step=eval_step, init=init)
+                      batch_sharding=batch_sh, step=step, eval_step=eval_step, init=init,
+                      compiler_options=options)
 
 
 def compiled_train_step_cost(config) -> dict:
