@@ -131,8 +131,6 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       extra = (f"  E={p['E']:.4g} A={p['A']:.4g} B={p['B']:.4g} alpha={p['alpha']:.4g} "
                f"beta={p['beta']:.4g}")
     say(f"approach {k}: a = {p['a']:.4f}{ci}{extra}")
-  for k, reason in report.skipped.items():
-    say(f"approach {k}: skipped: {reason}")
   v = _validation_of(json_path)
   if v is not None and v["rel_error"] is not None:
     say(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "

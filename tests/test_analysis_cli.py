@@ -90,6 +90,15 @@ def test_csv_all_skips_approach1_with_reason(final_csv, tmp_path, small_grid):
   assert "skipped" in (out / "fit.md").read_text()
 
 
+def test_a_skipped_approach_is_said_once(final_csv, tmp_path, small_grid, capsys):
+  rc = chinchax_cli.main(["fit", str(final_csv), "--out", str(tmp_path / "out"), "--bootstrap",
+                          "0", "--jobs", "1"])
+  assert rc == 0
+  said = capsys.readouterr()
+  lines = [l for l in (said.out + said.err).splitlines() if "approach 1: skipped" in l]
+  assert len(lines) == 1, lines
+
+
 def test_fit_results_returns_the_report_and_raises_user_errors(final_csv, tmp_path, small_grid,
                                                                capsys):
   out = tmp_path / "api"

@@ -74,6 +74,7 @@ def test_console_script_usage():
 @pytest.mark.parametrize("flags, needle", [
     (["--config.model.dmodel=3"], "unknown config key 'dmodel'"),
     (["--config.model.d_model=abc"], "d_model=abc"),
+    (["--config.train.peak_lr=True"], "could not convert string to float: 'True'"),
     (["stray_positional"], "unexpected argument(s) 'stray_positional'"),
 ])
 def test_parse_errors_are_one_line(capsys, tmp_path, flags, needle):

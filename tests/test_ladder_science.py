@@ -161,3 +161,20 @@ def test_status_with_local_workers_lists_the_batches_the_workers_train(tmp_path)
   lc = config_lib.get_ladder_variant("default").ladder
   assert listings[0] == listings[1] and len(listings[0]) == lc.n_budgets * lc.sizes_per_budget
   assert any(int(line.split("batch=")[1].split()[0]) % 2 for line in listings[0])  # odd: unrounded
+
+
+def test_a_ladder_with_few_curve_evals_is_warned_about(tmp_path):
+  from chinchax.ladder import driver
+  from chinchax.ladder import worker as worker_lib
+  c = config_lib.get_ladder_variant("default")
+  c.workdir = str(tmp_path / "lad")
+  assert driver.sparse_curve_line(worker_lib.prepare(c, check_data=False)) is None
+  c.train_config.train.eval_points_from = 0.995
+  plan = worker_lib.prepare(c, check_data=False)
+  line = driver.sparse_curve_line(plan)
+  shortest = min(plan.runs, key=lambda r: r.hparams.steps)
+  # 16 points log-spaced over [0.995·steps, steps] round to at most 0.005·steps + 2 distinct steps.
+  k = len({round(s) for s in np.geomspace(0.995 * shortest.hparams.steps, shortest.hparams.steps,
+                                           16)})
+  assert k < driver.MIN_CURVE_POINTS
+  assert line is not None and "eval_points_from=0.995" in line and f"only {k} curve" in line

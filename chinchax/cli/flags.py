@@ -48,10 +48,23 @@ def _check_config_file_exists(argv: list[str], default: pathlib.Path) -> None:
                        f"{os.getcwd()}); e.g. --config {default}:VARIANT")
 
 
+def _unquote(line: str) -> str:
+  """A line of a wrapped message without the quotes its wrapping left: enclosing ones, and a
+  lone quote at either end (a message quoted across several lines); a quote that closes a
+  value inside the line, as in ``float: 'True'``, stays."""
+  line = line.strip()
+  while len(line) >= 2 and line[0] == line[-1] and line[0] in "'\"":
+    line = line[1:-1].strip()
+  for q in "'\"":
+    if line.count(q) % 2:
+      line = line[1:] if line.startswith(q) else line[:-1] if line.endswith(q) else line
+  return line.strip()
+
+
 def _one_line(e: Exception) -> str:
   """absl / ml_collections wrap the real cause of a parse error; its last line, in words."""
   text = str(e).replace("\\n", "\n").replace("\\'", "'")
-  lines = [l.strip().strip("'\"") for l in text.strip().splitlines() if l.strip().strip("'\"")]
+  lines = [l for l in (_unquote(l) for l in text.strip().splitlines()) if l]
   if len(lines) >= 2 and lines[-1].startswith("Did you mean"):
     lines = [f"unknown config key {lines[-2]!r}; {lines[-1][0].lower() + lines[-1][1:]}"]
   line = lines[-1] if lines else type(e).__name__

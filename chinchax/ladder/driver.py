@@ -14,6 +14,7 @@ import pathlib
 import jax
 
 from chinchax import console
+from chinchax.train.metrics import log_spaced_steps
 import chinchax.ladder.worker as worker_lib
 
 
@@ -28,6 +29,9 @@ def describe(plan: worker_lib.LadderPlan) -> None:
   console.say(f"        shapes: the 'ladder' shape rule (n_layers fixed, d_model in steps of 4); "
               f"hyperparameters: ladder.hparams={lc.hparams!r}; "
               f"init: model.init={plan.config.train_config.model.init!r}")
+  sparse = sparse_curve_line(plan)
+  if sparse:
+    console.warn(sparse)
   for r, state in states:
     c = r.counts
     note = "" if state == "pending" else f"  ({state})"
@@ -36,6 +40,27 @@ def describe(plan: worker_lib.LadderPlan) -> None:
                 f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} D={r.D:,.0f} "
                 f"D/N={r.D / c.total:.1f} lr={hp.peak_lr:.3g} batch={hp.global_batch_size} "
                 f"steps={hp.steps}{note}")
+
+
+MIN_CURVE_POINTS = 4  # fewer curve evals than this leave Approach 1 few FLOP values to read
+
+
+def sparse_curve_line(plan: worker_lib.LadderPlan) -> str | None:
+  """A warning when some run would record fewer than :data:`MIN_CURVE_POINTS` curve evals
+  (``train.eval_points`` log-spaced from ``train.eval_points_from`` of its steps), else None."""
+  t = plan.config.train_config.train
+  if t.eval_points <= 0:
+    return None
+  fewest = min(plan.runs, key=lambda r: len(
+      log_spaced_steps(r.hparams.steps, t.eval_points, t.eval_points_from)))
+  k = len(log_spaced_steps(fewest.hparams.steps, t.eval_points, t.eval_points_from))
+  if k >= MIN_CURVE_POINTS:
+    return None
+  return (f"run {fewest.run_id} records only {k} curve eval(s) (train.eval_points="
+          f"{t.eval_points} from train.eval_points_from={t.eval_points_from} of its "
+          f"{fewest.hparams.steps} steps): Approach 1's envelope then covers few FLOP values; "
+          f"lower train_config.train.eval_points_from (the ladder's default is 0.1) or raise "
+          f"eval_points")
 
 
 def finish_line(plan: worker_lib.LadderPlan) -> str:
