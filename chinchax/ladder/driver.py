@@ -51,16 +51,15 @@ def sparse_curve_line(plan: worker_lib.LadderPlan) -> str | None:
   t = plan.config.train_config.train
   if t.eval_points <= 0:
     return None
-  fewest = min(plan.runs, key=lambda r: len(
-      log_spaced_steps(r.hparams.steps, t.eval_points, t.eval_points_from)))
-  k = len(log_spaced_steps(fewest.hparams.steps, t.eval_points, t.eval_points_from))
+  k, fewest = min((len(log_spaced_steps(r.hparams.steps, t.eval_points, t.eval_points_from)), i)
+                  for i, r in enumerate(plan.runs))
   if k >= MIN_CURVE_POINTS:
     return None
-  return (f"run {fewest.run_id} records only {k} curve eval(s) (train.eval_points="
-          f"{t.eval_points} from train.eval_points_from={t.eval_points_from} of its "
-          f"{fewest.hparams.steps} steps): Approach 1's envelope then covers few FLOP values; "
-          f"lower train_config.train.eval_points_from (the ladder's default is 0.1) or raise "
-          f"eval_points")
+  r = plan.runs[fewest]
+  return (f"run {r.run_id} records only {k} curve eval(s) (train.eval_points={t.eval_points} "
+          f"from train.eval_points_from={t.eval_points_from} of its {r.hparams.steps} steps): "
+          f"Approach 1's envelope then covers few FLOP values; lower "
+          f"train_config.train.eval_points_from (the ladder's default is 0.1)")
 
 
 def finish_line(plan: worker_lib.LadderPlan) -> str:

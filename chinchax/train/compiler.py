@@ -7,14 +7,15 @@ defaults, anything else an explicit ``name=value,name=value`` list of XLA
 On CPU, ``auto`` turns off XLA's YNNPACK dot fusions
 (``xla_cpu_experimental_ynn_fusion_type=``), so that dots compile to XLA's own
 kernels. Measured on the default ladder's 26 programs (2 transformer layers,
-d_model 8…68, 704…3,328 tokens a step, float32, one pinned core of a 2-core
-AMD EPYC, AVX2): the summed step time fell from 843 to 722 s, ratio 0.86;
-the largest programs gained most (d_model 52 at 36×64 tokens: 106.8 → 75.9
-ms/step, d_model 68: 143 → 123), the d_model 8…20 ones within their noise
-(±10%). On a 2-core AVX-512 Xeon (Sapphire Rapids) the jitted step of d_model
-52 at 36×64 tokens went from 47.5 to 32.4 ms, d_model 128 was unchanged, and
-d_model 8 and 32 were 0.8 and 0.8 ms slower. Where XLA does not know the option
-(another JAX version) or ``XLA_FLAGS`` already sets it, ``auto`` leaves it alone.
+d_model 8…68, 704…3,328 tokens a step, float32, each on one pinned core of a
+2-core AMD EPYC with AVX2): their summed step time fell from 843 to 734 s
+(0.87×); the largest gained most (d_model 52 at 36×64 tokens: 106.8 → 74.9
+ms/step, d_model 68: 143 → 130), the d_model 8…20 ones moved by −12…+25%
+each and by −2% summed (179 → 176 s). On a 2-core AVX-512 Xeon (Sapphire Rapids) the
+jitted step of d_model 52 at 36×64 tokens went from 47.5 to 32.4 ms, d_model
+128 was unchanged, and d_model 8 and 32 were 0.8 ms slower each. Where XLA
+does not know the option (another JAX version) or ``XLA_FLAGS`` already sets
+it, ``auto`` leaves it alone.
 """
 
 from __future__ import annotations
