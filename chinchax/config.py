@@ -527,8 +527,9 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
-  if t.compiler_options != COMPILER_OPTIONS_AUTO:
-    parse_compiler_options(t.compiler_options)
+  options = t.get("compiler_options", COMPILER_OPTIONS_AUTO)  # absent from older run configs
+  if options != COMPILER_OPTIONS_AUTO:
+    parse_compiler_options(options)
 
   _check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:

@@ -77,3 +77,14 @@ def test_an_option_xla_refuses_stops_the_run_before_data(tiny_config, tmp_path, 
   stores = tmp_path / "stores"
   assert not stores.exists() or not any(stores.iterdir())  # no store was built
   assert not pathlib.Path(tiny_config.workdir, "checkpoints").exists()
+
+
+def test_a_config_saved_without_the_key_compiles_with_auto():
+  import ml_collections
+  from chinchax import sharding as sharding_lib
+  c = config_lib.get_variant("tiny")
+  c.train = ml_collections.ConfigDict({k: v for k, v in c.train.items()
+                                       if k != "compiler_options"})
+  spec = train_lib.resolve(c, 1)
+  program = train_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+  assert program.compiler_options == compiler.resolve("auto", "cpu")

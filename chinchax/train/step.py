@@ -170,7 +170,9 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   Raises:
     ConfigError: ``train.compiler_options`` that this XLA refuses.
   """
-  options = compiler.resolve(config.train.compiler_options, mesh.devices.flat[0].platform)
+  # A config saved before train.compiler_options existed compiles with chinchax's defaults.
+  options = compiler.resolve(config.train.get("compiler_options", compiler.AUTO),
+                             mesh.devices.flat[0].platform)
   tx, schedule = optim.make_optimizer(config, spec)
   seed = config.seed
 
