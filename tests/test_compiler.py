@@ -52,6 +52,13 @@ def test_auto_compiles_dots_without_ynn_fusions_on_cpu():
   assert compiler.resolve("", "cpu") == {}
 
 
+def test_bool_values_are_read_in_any_case():
+  assert compiler.resolve("xla_cpu_enable_fast_math=false", "cpu") == {
+      "xla_cpu_enable_fast_math": False}
+  assert compiler.resolve("xla_cpu_enable_fast_math=TRUE", "cpu") == {
+      "xla_cpu_enable_fast_math": True}
+
+
 def test_auto_leaves_an_option_that_xla_flags_sets(monkeypatch):
   monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 --{YNN}=dot")
   assert compiler.resolve("auto", "cpu") == {}

@@ -45,6 +45,12 @@ def _accepted(platform: str, items: tuple[tuple[str, str], ...]) -> str | None:
   return None
 
 
+def _typed(value: str):
+  """A flag-style value for XLA's option parser: true / false in any case → bool (XLA reads
+  a string bool only as "True" / "False"), anything else as written."""
+  return {"true": True, "false": False}.get(value.lower(), value)
+
+
 def resolve(text: str, platform: str | None = None) -> dict[str, str]:
   """The options the run's programs are compiled with, checked against this XLA.
 
@@ -54,7 +60,7 @@ def resolve(text: str, platform: str | None = None) -> dict[str, str]:
   Returns:
     {option: value} for ``jax.jit(compiler_options=...)``: for ``"auto"``, the
     entries of :data:`AUTO_OPTIONS` for ``platform`` that this XLA accepts and
-    ``XLA_FLAGS`` does not set; otherwise the parsed list.
+    ``XLA_FLAGS`` does not set; otherwise the parsed list (true / false as bools).
   Raises:
     ConfigError: a malformed list (``config.parse_compiler_options``), or an
       option name or value this XLA rejects (its message quoted), found by
@@ -65,7 +71,7 @@ def resolve(text: str, platform: str | None = None) -> dict[str, str]:
     flags = os.environ.get("XLA_FLAGS", "")
     return {k: v for k, v in AUTO_OPTIONS.get(platform, {}).items()
             if f"--{k}" not in flags and _accepted(platform, ((k, v),)) is None}
-  options = config_lib.parse_compiler_options(text)
+  options = {k: _typed(v) for k, v in config_lib.parse_compiler_options(text).items()}
   if options:
     error = _accepted(platform, tuple(sorted(options.items())))
     if error is not None:
