@@ -61,7 +61,8 @@ def _peak_flops() -> tuple[float, str]:
   if not whole:
     return math.nan, f"no whole-host entry for {platform.node()} in {path}"
   flops, key = max(whole)
-  return flops, f"{path} ({key.split('|')[-2] if key.endswith('at once') else key.split('|')[-1]})"
+  devices = re.search(r"\d+ devices", key).group(0)
+  return flops, f"{path} ({devices})"
 
 
 def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:

@@ -381,6 +381,11 @@ COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per 
 _XLA_OPTION_NAME = re.compile(r"^xla_[a-z0-9_]+$")
 
 
+def compiler_options_text(train_cfg) -> str:
+  """``train.compiler_options``, or "auto" for a run config saved before the key existed."""
+  return train_cfg.get("compiler_options", COMPILER_OPTIONS_AUTO)
+
+
 def parse_compiler_options(text) -> dict[str, str]:
   """``train.compiler_options`` other than "auto" ("name=value,name=value" or "") as
   {name: value}; a value may be empty ("xla_cpu_experimental_ynn_fusion_type=").
@@ -527,7 +532,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
-  options = t.get("compiler_options", COMPILER_OPTIONS_AUTO)  # absent from older run configs
+  options = compiler_options_text(t)
   if options != COMPILER_OPTIONS_AUTO:
     parse_compiler_options(options)
 

@@ -33,7 +33,7 @@ AUTO_OPTIONS = {"cpu": {"xla_cpu_experimental_ynn_fusion_type": ""}}
 
 
 @functools.lru_cache(maxsize=None)
-def _accepted(platform: str, items: tuple[tuple[str, str], ...]) -> str | None:
+def _accepted(platform: str, items: tuple[tuple[str, str | bool], ...]) -> str | None:
   """None if XLA for ``platform`` compiles a trivial program with these options, else its error."""
   device = jax.local_devices(backend=platform)[0]
   try:
@@ -45,13 +45,13 @@ def _accepted(platform: str, items: tuple[tuple[str, str], ...]) -> str | None:
   return None
 
 
-def _typed(value: str):
+def _typed(value: str) -> str | bool:
   """A flag-style value for XLA's option parser: true / false in any case → bool (XLA reads
   a string bool only as "True" / "False"), anything else as written."""
   return {"true": True, "false": False}.get(value.lower(), value)
 
 
-def resolve(text: str, platform: str | None = None) -> dict[str, str]:
+def resolve(text: str, platform: str | None = None) -> dict[str, str | bool]:
   """The options the run's programs are compiled with, checked against this XLA.
 
   Args:

@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
+from chinchax import config as config_lib
 from chinchax import model as model_lib
 from chinchax import sharding as sharding_lib
 import chinchax.train.compiler as compiler
@@ -170,8 +171,7 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   Raises:
     ConfigError: ``train.compiler_options`` that this XLA refuses.
   """
-  # A config saved before train.compiler_options existed compiles with chinchax's defaults.
-  options = compiler.resolve(config.train.get("compiler_options", compiler.AUTO),
+  options = compiler.resolve(config_lib.compiler_options_text(config.train),
                              mesh.devices.flat[0].platform)
   tx, schedule = optim.make_optimizer(config, spec)
   seed = config.seed
