@@ -2,7 +2,9 @@
 
 L(N, D) = E + A/N^alpha + B/D^beta is fitted by minimising the SUM over runs
 of Huber_delta(LSE(logA - alpha ln N, logB - beta ln D, logE) - ln L),
-delta = 1e-3, with L-BFGS from the 4500-point grid of starts, keeping the best.
+delta = 1e-3, with L-BFGS from the 4500-point grid of starts, keeping the best
+(the grid's log E axis is carried on past 1 for a table whose losses all lie above e:
+:func:`default_grid`).
 Summing (not averaging) matters: averaging shrinks the objective so L-BFGS
 stops early (Besiroglu et al. 2024, "Chinchilla Scaling: A replication
 attempt", arXiv 2404.10102).
@@ -52,6 +54,35 @@ def chinchilla_grid() -> np.ndarray:
   Columns follow :data:`THETA_NAMES`: (logA, logB, logE, alpha, beta).
   """
   return np.array(list(itertools.product(*_GRIDS)), dtype=np.float64)
+
+
+def default_grid(min_loss: float) -> np.ndarray:
+  """The default grid of starts for a table whose lowest loss is ``min_loss`` (nats/token),
+  shape (S, 5) in :data:`THETA_NAMES` order.
+
+  :func:`chinchilla_grid`, with its log E axis carried on in Chinchilla's steps of 0.5
+  past 1 up to the first value >= ln(min_loss) when every loss lies above e: E is below
+  every measured loss (A/N^alpha and B/D^beta are positive), so the admissible log E
+  reaches ln(min_loss), and Chinchilla's axis, which stops at E = e ≈ 2.72 nats (their
+  fit: E = 1.69), does not bracket it for a corpus whose losses are all higher (BPE
+  tokens, say). Each new log E value comes with every combination of the other four
+  coordinates the grid has at its top log E. For ``min_loss`` <= e (or not finite) it is
+  :func:`chinchilla_grid` itself.
+  """
+  grid = chinchilla_grid()
+  top = float(grid[:, 2].max())
+  if not (np.isfinite(min_loss) and min_loss > 0):
+    return grid
+  target, extra = math.log(min_loss), []
+  while top + 0.5 * len(extra) < target:
+    extra.append(top + 0.5 * (len(extra) + 1))
+  rows = grid[np.isclose(grid[:, 2], top)]
+  blocks = [grid]
+  for e in extra:
+    block = rows.copy()
+    block[:, 2] = e
+    blocks.append(block)
+  return np.vstack(blocks)
 
 
 def parse_grid(spec: str) -> dict[str, np.ndarray]:
@@ -305,7 +336,8 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
   Minimises the SUM over runs of Huber_delta(LSE(logA - alpha ln N,
   logB - beta ln D, logE) - ln L) with scipy's L-BFGS-B (analytic gradient,
   :func:`huber_objective`, scipy's default tolerances) from every start and
-  keeps the lowest objective. Per-run weights (``runs.weight``) and
+  keeps the lowest objective (the default starts are Chinchilla's 4500 unless every
+  loss lies above e: :func:`default_grid`). Per-run weights (``runs.weight``) and
   ``asymmetry`` change the objective as :func:`huber_objective` says. With ``polish``, one more L-BFGS-B run from that
   optimum with tight tolerances (ftol 1e-15, gtol 1e-12) removes the last
   early-stopping error; it is kept only if it lowers the objective.
@@ -313,13 +345,14 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
   Args:
     runs: finished runs (N, D, final loss).
     starts: L-BFGS starts, shape (S, 5) in :data:`THETA_NAMES` order; default
-      the 4500-point grid of :func:`chinchilla_grid`.
+      ``grid``.
     delta: Huber threshold (Chinchilla: 1e-3).
     n_jobs: processes for the starts (1 = in this process).
     polish: refine the best optimum with tight tolerances.
     grid: a user-given grid of starts (:func:`start_grid`), shape (S, 5): the
       starts when ``starts`` is None, and the box the diagnostics compare the
-      optimum and the best start with (default Chinchilla's grid).
+      optimum and the best start with; default :func:`default_grid` for the
+      table's lowest loss (Chinchilla's 4500 starts unless every loss is above e).
     asymmetry: factor on the loss of under-predicted runs (1: plain Huber).
 
   Returns:
@@ -336,10 +369,10 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
     raise FitError(f"Approach 3: the Huber delta and the asymmetry must be > 0, got {delta!r} "
                    f"and {asymmetry!r}")
   logN, logD, logL = np.log(runs.N), np.log(runs.D), np.log(runs.loss)
-  if grid is not None:
-    grid = np.atleast_2d(np.asarray(grid, dtype=np.float64))
+  grid = (default_grid(float(runs.loss.min())) if grid is None
+          else np.atleast_2d(np.asarray(grid, dtype=np.float64)))
   if starts is None:
-    starts = chinchilla_grid() if grid is None else grid
+    starts = grid
   starts = np.atleast_2d(np.asarray(starts, dtype=np.float64))
   weight = runs.weight
   obj_args = (logN, logD, logL, delta, weight, asymmetry)

@@ -223,7 +223,8 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   as Besiroglu et al. 2024 do.
 
   For Approach 3, each replicate starts L-BFGS from the full-data optimum plus
-  ``n_extra_starts`` points drawn from the 4500-point grid instead of the
+  ``n_extra_starts`` points drawn from the full fit's grid of starts
+  (:func:`analysis.approach3.default_grid`, or ``options.grid``) instead of the
   whole grid: the replicate's optimum lies near the full-data one, and this
   keeps a replicate to a few milliseconds.
 
@@ -274,7 +275,8 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
     runs = runs.subset(np.flatnonzero(np.isin(runs.budget, [p.C for p in full.used])))
   grid = None
   if approach == "3":
-    grid = approach3.chinchilla_grid() if options.grid is None else options.grid
+    grid = (approach3.default_grid(float(runs.loss.min())) if options.grid is None
+            else options.grid)
     n_extra_starts = min(n_extra_starts, len(grid))
   t0 = time.perf_counter()
   rows: list[dict[str, float]] = []

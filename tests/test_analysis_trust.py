@@ -367,3 +367,43 @@ def test_approach3_warns_when_its_form_misses_the_runs_by_more_than_their_scatte
     assert "does not hold to the runs' precision" not in texts["clean", boot]
     assert "does not hold to the runs' precision" in texts["bent", boot]
     assert "their scatter about the IsoFLOP quadratics" in texts["bent", boot]
+
+
+def test_default_grid_carries_log_e_on_past_e_only_for_losses_above_it():
+  """Chinchilla's 4500 starts while the lowest loss is at most e; above e, the log E axis goes
+  on in steps of 0.5 to the first value >= ln(lowest loss), each with the 900 combinations of
+  the other coordinates."""
+  full = approach3.chinchilla_grid()
+  for min_loss in (1.2, math.e, float("nan")):
+    assert np.array_equal(approach3.default_grid(min_loss), full)
+  top = full[np.isclose(full[:, 2], 1.0)]
+  assert len(top) == 900
+  for min_loss, added in ((3.78, [1.5]), (math.exp(2.0), [1.5, 2.0]), (10.0, [1.5, 2.0, 2.5])):
+    g = approach3.default_grid(min_loss)
+    assert g.shape == (4500 + 900 * len(added), 5)
+    assert np.array_equal(g[:4500], full)
+    assert sorted(set(g[4500:, 2])) == added
+    for e in added:
+      block = g[g[:, 2] == e]
+      assert np.array_equal(np.delete(block, 2, axis=1), np.delete(top, 2, axis=1))
+    assert g[:, 2].max() >= math.log(min_loss) > g[:, 2].max() - 0.5
+
+
+def test_approach3_brackets_an_irreducible_loss_above_e(monkeypatch):
+  """Runs from a law with E = 3.2 (ln E = 1.16, beyond Chinchilla's start box of ln E <= 1):
+  the default starts bracket it and the fit recovers it; Chinchilla's grid given explicitly
+  finds the same optimum but calls it outside its box. (A 243-start grid with Chinchilla's
+  box stands in for its 4500 starts.)"""
+  coarse = start_grid({"logA": np.array([0.0, 10.0, 25.0]), "logB": np.array([0.0, 10.0, 25.0]),
+                       "logE": np.array([-1.0, 0.0, 1.0]), "alpha": np.array([0.0, 0.5, 2.0]),
+                       "beta": np.array([0.0, 0.5, 2.0])})
+  monkeypatch.setattr(approach3, "chinchilla_grid", lambda: coarse)
+  law = laws.ParametricLaw("high-E", E=3.2, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
+  runs = synthetic_runs(law, GOOD, n_sizes=5, noise=0.0, seed=0)
+  assert runs.loss.min() > math.e
+  res = fit_approach3(runs)
+  assert res.optimum_inside_grid and res.grid_box[1][2] == 1.5
+  assert res.E == pytest.approx(3.2, rel=1e-3) and res.a == pytest.approx(law.a, abs=2e-3)
+  chinchilla = fit_approach3(runs, grid=approach3.chinchilla_grid())
+  assert not chinchilla.optimum_inside_grid
+  assert chinchilla.E == pytest.approx(res.E, rel=1e-3)
