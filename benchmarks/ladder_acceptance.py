@@ -16,7 +16,10 @@ outputs) and prints, as markdown:
   on the box's edge reach it);
 * the mean absolute residual of Approach 2's IsoFLOP parabolas (loss against
   the fitted quadratic in ln N, every size of the budgets it used);
-* the validation run's predicted vs measured loss.
+* the validation run's predicted vs measured loss;
+* where the runs' own time went, from each run's summary.json: their summed wall
+  time, its steps (step time × steps, the first compiling step left out), the
+  first step's compilation, and the rest (data check, evals, checkpoints, init).
 
 Targets: ≥ 1.5 decades, a within 0.05 across approaches, each interval
 narrower than 0.15, E > 0.05, parabola residual ≤ 0.01 nats, |rel_error| ≤ 2%.
@@ -65,6 +68,23 @@ def _peak_flops() -> tuple[float, str]:
   return flops, f"{path} ({devices})"
 
 
+def run_time_split(workdir: pathlib.Path) -> dict | None:
+  """Seconds summed over WORKDIR/runs/*/summary.json: wall, steps, compilation, the rest."""
+  parts = {"wall_s": 0.0, "step_s": 0.0, "compile_s": 0.0, "runs": 0}
+  for path in sorted((workdir / "runs").glob("*/summary.json")):
+    s = json.loads(path.read_text())
+    if not all(isinstance(s.get(k), (int, float)) for k in ("wall_s", "step_time_s", "steps")):
+      continue
+    parts["runs"] += 1
+    parts["wall_s"] += s["wall_s"]
+    parts["step_s"] += s["step_time_s"] * max(s["steps"] - 1, 0)
+    parts["compile_s"] += s.get("compile_s") or 0.0
+  if not parts["runs"]:
+    return None
+  parts["other_s"] = parts["wall_s"] - parts["step_s"] - parts["compile_s"]
+  return parts
+
+
 def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:
   rows = [r for r in _rows(workdir) if r.get("status") == "done"]
   grid = [r for r in rows if r.get("role", "grid") != "validation"]
@@ -106,6 +126,7 @@ def figures(workdir: pathlib.Path, wall_s: float | None) -> dict:
   out["parabola_mean_abs_residual"] = float(np.mean(res)) if res else math.nan
   out["eval_noise"] = fit.get("input", {}).get("eval_noise")
   out["validation"] = fit.get("validation")
+  out["run_time"] = run_time_split(workdir)
   return out
 
 
@@ -140,12 +161,18 @@ def markdown(f: dict) -> str:
   lines.append(f"| parabola mean abs residual | {f['parabola_mean_abs_residual']:.4f} nats | ≤ 0.01 "
                f"| {ok(f['parabola_mean_abs_residual'] <= 0.01)} |")
   if f.get("eval_noise"):
-    lines.append(f"| eval noise floor (median s.e.) | {f['eval_noise'].get('median_se')} | | |")
+    lines.append(f"| eval noise floor (median s.e.) | {f['eval_noise'].get('median_se'):.4f} nats "
+                 f"| | |")
   v = f.get("validation")
   if v and v.get("rel_error") is not None:
     lines.append(f"| validation C={v['C']:.3g}, N={v['N']:,.0f} | predicted {v['predicted_loss']:.4f},"
                  f" measured {v['measured_loss']:.4f} ({100 * v['rel_error']:+.2f}%) | ≤ 2% | "
                  f"{ok(abs(v['rel_error']) <= 0.02)} |")
+  t = f.get("run_time")
+  if t:
+    lines.append(f"| runs' own time ({t['runs']} runs, summed) | wall {t['wall_s']:.0f} s: steps "
+                 f"{t['step_s']:.0f} s, compilation {t['compile_s']:.0f} s, the rest "
+                 f"{t['other_s']:.0f} s | | |")
   return "\n".join(lines)
 
 
