@@ -56,24 +56,35 @@ def chinchilla_grid() -> np.ndarray:
   return np.array(list(itertools.product(*_GRIDS)), dtype=np.float64)
 
 
+# The highest log E the default grid reaches: a per-token loss of e^3 ≈ 20 nats is the entropy
+# of a uniform choice among 4.9e8 tokens, above any language model's irreducible loss.
+MAX_DEFAULT_LOG_E = 3.0
+
+
 def default_grid(min_loss: float) -> np.ndarray:
-  """The default grid of starts for a table whose lowest loss is ``min_loss`` (nats/token),
-  shape (S, 5) in :data:`THETA_NAMES` order.
+  """The default grid of starts for a table whose lowest loss is ``min_loss``.
 
   :func:`chinchilla_grid`, with its log E axis carried on in Chinchilla's steps of 0.5
-  past 1 up to the first value >= ln(min_loss) when every loss lies above e: E is below
-  every measured loss (A/N^alpha and B/D^beta are positive), so the admissible log E
-  reaches ln(min_loss), and Chinchilla's axis, which stops at E = e ≈ 2.72 nats (their
-  fit: E = 1.69), does not bracket it for a corpus whose losses are all higher (BPE
-  tokens, say). Each new log E value comes with every combination of the other four
-  coordinates the grid has at its top log E. For ``min_loss`` <= e (or not finite) it is
-  :func:`chinchilla_grid` itself.
+  past 1 up to the first value >= ln(min_loss) (at most :data:`MAX_DEFAULT_LOG_E`) when
+  every loss lies above e. E is below every measured loss (A/N^alpha and B/D^beta are
+  positive), so the admissible log E reaches ln(min_loss); Chinchilla's axis stops at
+  E = e ≈ 2.72 nats (their fit: E = 1.69), below the losses of a corpus whose losses are all
+  higher (BPE tokens, say). Each new log E value comes with the 900 combinations of the
+  other four coordinates the grid has at its top log E.
+
+  Args:
+    min_loss: the table's lowest loss, nats/token.
+
+  Returns:
+    Starts, shape (4500 + 900·k, 5) in :data:`THETA_NAMES` order, with
+    k = min(4, max(0, ceil((ln min_loss - 1) / 0.5))); :func:`chinchilla_grid` itself
+    (k = 0) for ``min_loss`` <= e, not finite or not positive.
   """
   grid = chinchilla_grid()
   top = float(grid[:, 2].max())
   if not (np.isfinite(min_loss) and min_loss > 0):
     return grid
-  target, extra = math.log(min_loss), []
+  target, extra = min(math.log(min_loss), MAX_DEFAULT_LOG_E), []
   while top + 0.5 * len(extra) < target:
     extra.append(top + 0.5 * (len(extra) + 1))
   rows = grid[np.isclose(grid[:, 2], top)]

@@ -37,7 +37,9 @@ class FitOptions:
       loss of under-predicted runs multiplied by ``asymmetry``).
     asymmetry: factor of the asymmetric loss (> 0; ignored for "huber").
     grid: Approach 3: a user-given start grid, shape (S, 5)
-      (:func:`analysis.approach3.start_grid`); None: Chinchilla's 4500 starts.
+      (:func:`analysis.approach3.start_grid`); None: the default grid
+      (:func:`analysis.approach3.default_grid`: Chinchilla's 4500 starts unless every loss
+      lies above e).
     envelope: Approach 1: how N_opt is read off the lower envelope,
       "quadratic" (default: a quadratic in ln N through the winning size and
       its neighbours) or "argmin" (Chinchilla's winning size);
@@ -97,7 +99,7 @@ def fit_approach(runs: Runs, approach: str, *, starts: np.ndarray | None = None,
     runs: finished runs.
     approach: "1", "2" or "3".
     starts: Approach 3 only: L-BFGS starts, shape (S, 5); default the
-      4500-point grid (:func:`analysis.approach3.chinchilla_grid`).
+      grid of :func:`analysis.approach3.default_grid`.
     n_jobs: Approach 3 only: processes for the starts.
     options: :class:`FitOptions`; None: Chinchilla's choices.
 

@@ -10,7 +10,7 @@ Language Models" (arXiv 2203.15556, "Chinchilla") and Besiroglu et al. 2024,
   a parabola in ln N; its vertex is N_opt for that budget.
 * Approach 3 (Sec. 3.3 and App. D.2, :mod:`analysis.approach3`):
   L(N, D) = E + A/N^alpha + B/D^beta by summed Huber loss and L-BFGS from a
-  grid of 4500 starts.
+  grid of 4500 starts (more when every loss lies above e: :func:`analysis.approach3.default_grid`).
 * Intervals: :mod:`analysis.bootstrap`.
 
 Units: N parameters, D tokens, C FLOPs (C = 6ND), loss nats/token.
@@ -79,7 +79,7 @@ def fit_all(runs: Runs, approaches: Sequence[str] = APPROACHES, *, n_bootstrap: 
     seed: bootstrap seed.
     strict: raise :class:`ApproachUnsupported` when an approach cannot run
       (an explicit request) instead of recording it as skipped.
-    n_jobs: processes for Approach 3's 4500 starts.
+    n_jobs: processes for Approach 3's L-BFGS starts.
     log: optional progress printer.
     options: :class:`~analysis.approaches.FitOptions` for the fits and their
       bootstraps; None: Chinchilla's choices.

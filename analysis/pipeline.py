@@ -54,7 +54,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       an error.
     n_bootstrap: bootstrap resamples per approach (0 = no intervals).
     seed: bootstrap seed.
-    n_jobs: processes for Approach 3's 4500 L-BFGS starts.
+    n_jobs: processes for Approach 3's L-BFGS starts.
     drop_highest_loss: runs with the highest loss to drop before fitting
       (Besiroglu et al. 2024, arXiv 2404.10102, drop 5 from Chinchilla's data).
     min_budgets: fewest IsoFLOP budgets the table must have.
@@ -72,7 +72,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     asymmetry: factor on under-predicted runs of the asymmetric loss.
     grid: Approach 3's start grid: a spec for
       :func:`analysis.approach3.parse_grid` ("alpha=0:1:11,...") or an array
-      (S, 5); None: Chinchilla's 4500 starts.
+      (S, 5); None: :func:`analysis.approach3.default_grid` (Chinchilla's
+      4500 starts unless every loss lies above e).
     bootstrap_method: "residuals" (default: each replicate keeps the table's
       N, D and budgets and resamples the noise, the pooled residuals in ln L
       of per-budget quadratics) or "runs" (resample runs with replacement);

@@ -69,16 +69,32 @@ def _peak_flops() -> tuple[float, str]:
 
 
 def run_time_split(workdir: pathlib.Path) -> dict | None:
-  """Seconds summed over WORKDIR/runs/*/summary.json: wall, steps, compilation, the rest."""
-  parts = {"wall_s": 0.0, "step_s": 0.0, "compile_s": 0.0, "runs": 0}
+  """Seconds summed over WORKDIR/runs/*/summary.json, from each run's one uninterrupted
+  invocation: {"runs", "wall_s", "step_s", "compile_s", "other_s", "skipped"}.
+
+  ``step_s`` is step_time_s × the steps after the compiling one (a run started from another
+  run's checkpoint, ``init_step`` > 0, counts only its own steps); ``other_s`` is the rest of
+  the wall time (data check, evals, checkpoints, init). A resumed run (its wall time covers
+  only the last invocation), an unreadable summary or one without finite times is left out
+  and counted in ``skipped``. None when no run is left.
+  """
+  parts = {"runs": 0, "wall_s": 0.0, "step_s": 0.0, "compile_s": 0.0, "skipped": 0}
   for path in sorted((workdir / "runs").glob("*/summary.json")):
-    s = json.loads(path.read_text())
-    if not all(isinstance(s.get(k), (int, float)) for k in ("wall_s", "step_time_s", "steps")):
+    try:
+      s = json.loads(path.read_text())
+      times = [float(s[k]) for k in ("wall_s", "step_time_s", "compile_s")]
+      steps = int(s["steps"]) - int(s.get("init_step") or 0)
+      usable = not s.get("resumed") and all(map(math.isfinite, times)) and steps >= 1
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+      usable = False
+    if not usable:
+      parts["skipped"] += 1
       continue
+    wall, step_time, compile_s = times
     parts["runs"] += 1
-    parts["wall_s"] += s["wall_s"]
-    parts["step_s"] += s["step_time_s"] * max(s["steps"] - 1, 0)
-    parts["compile_s"] += s.get("compile_s") or 0.0
+    parts["wall_s"] += wall
+    parts["step_s"] += step_time * (steps - 1)
+    parts["compile_s"] += compile_s
   if not parts["runs"]:
     return None
   parts["other_s"] = parts["wall_s"] - parts["step_s"] - parts["compile_s"]
@@ -170,7 +186,8 @@ def markdown(f: dict) -> str:
                  f"{ok(abs(v['rel_error']) <= 0.02)} |")
   t = f.get("run_time")
   if t:
-    lines.append(f"| runs' own time ({t['runs']} runs, summed) | wall {t['wall_s']:.0f} s: steps "
+    left = f", {t['skipped']} left out (resumed or unreadable)" if t["skipped"] else ""
+    lines.append(f"| runs' own time ({t['runs']} runs, summed{left}) | wall {t['wall_s']:.0f} s: steps "
                  f"{t['step_s']:.0f} s, compilation {t['compile_s']:.0f} s, the rest "
                  f"{t['other_s']:.0f} s | | |")
   return "\n".join(lines)

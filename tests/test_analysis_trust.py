@@ -370,15 +370,16 @@ def test_approach3_warns_when_its_form_misses_the_runs_by_more_than_their_scatte
 
 
 def test_default_grid_carries_log_e_on_past_e_only_for_losses_above_it():
-  """Chinchilla's 4500 starts while the lowest loss is at most e; above e, the log E axis goes
-  on in steps of 0.5 to the first value >= ln(lowest loss), each with the 900 combinations of
-  the other coordinates."""
+  """Chinchilla's 4500 starts while the lowest loss is at most e (or unusable); above e, the log
+  E axis goes on in steps of 0.5 to the first value >= ln(lowest loss), at most to 3, each with
+  the 900 combinations of the other coordinates."""
   full = approach3.chinchilla_grid()
-  for min_loss in (1.2, math.e, float("nan")):
+  for min_loss in (1.2, math.e, float("nan"), 0.0, -1.0):
     assert np.array_equal(approach3.default_grid(min_loss), full)
   top = full[np.isclose(full[:, 2], 1.0)]
   assert len(top) == 900
-  for min_loss, added in ((3.78, [1.5]), (math.exp(2.0), [1.5, 2.0]), (10.0, [1.5, 2.0, 2.5])):
+  for min_loss, added in ((3.78, [1.5]), (math.exp(2.0), [1.5, 2.0]), (10.0, [1.5, 2.0, 2.5]),
+                          (1e6, [1.5, 2.0, 2.5, 3.0]), (float("inf"), [])):
     g = approach3.default_grid(min_loss)
     assert g.shape == (4500 + 900 * len(added), 5)
     assert np.array_equal(g[:4500], full)
@@ -386,7 +387,9 @@ def test_default_grid_carries_log_e_on_past_e_only_for_losses_above_it():
     for e in added:
       block = g[g[:, 2] == e]
       assert np.array_equal(np.delete(block, 2, axis=1), np.delete(top, 2, axis=1))
-    assert g[:, 2].max() >= math.log(min_loss) > g[:, 2].max() - 0.5
+    if min_loss < math.exp(approach3.MAX_DEFAULT_LOG_E):
+      assert g[:, 2].max() >= math.log(min_loss) > g[:, 2].max() - 0.5
+  assert approach3.default_grid(1e300).shape == (4500 + 4 * 900, 5)  # capped at ln E = 3
 
 
 def test_approach3_brackets_an_irreducible_loss_above_e(monkeypatch):

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "the noise (pooled residuals in ln L of per-budget quadratics in ln N); "
                       "'runs': resample runs with replacement")
   p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
-                 help="processes for Approach 3's 4500 L-BFGS starts")
+                 help="processes for Approach 3's L-BFGS starts")
   p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K",
                  help="drop the K runs with the highest loss before fitting (Besiroglu et al. "
                       "2024 drop 5 from the Chinchilla data)")
