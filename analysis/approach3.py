@@ -143,14 +143,6 @@ def start_grid(values: dict[str, np.ndarray] | None = None) -> np.ndarray:
   return np.array(list(itertools.product(*axes)), dtype=np.float64)
 
 
-def _grid_edges(grid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """(lowest, highest) value of each coordinate of the start grid (Chinchilla's when None),
-  each shape (5,)."""
-  if grid is not None:
-    return grid.min(axis=0), grid.max(axis=0)
-  return np.array([g[0] for g in _GRIDS]), np.array([g[-1] for g in _GRIDS])
-
-
 def approach3_support(runs: Runs) -> str | None:
   """None if Approach 3 can run on ``runs``, else the reason it cannot."""
   if len(runs) < MIN_RUNS:
@@ -410,7 +402,7 @@ def fit_approach3(runs: Runs, *, starts: np.ndarray | None = None, delta: float 
   if too_large:
     raise FitError(f"Approach 3: the best optimum has {', '.join(too_large)}, beyond what a "
                    f"float can hold (the data do not determine the law)")
-  lo, hi = _grid_edges(grid)
+  lo, hi = grid.min(axis=0), grid.max(axis=0)
   best_start = starts[best]
   edge = np.any(np.isclose(starts, lo) | np.isclose(starts, hi), axis=1)
   at_best = fs <= fs[best] * (1 + 1e-6) + 1e-15
