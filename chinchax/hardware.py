@@ -53,6 +53,10 @@ class Accelerator:
     slice_counts: for TPU slice names ``NAME-K``: ``"cores"`` (K TensorCores,
       two per chip) or ``"chips"``.
     aliases: other accepted names.
+    interconnect_bandwidth: chip-to-chip bytes/s per chip, both directions together
+      (TPU ICI, NVLink; PCIe where a GPU has no NVLink), None when unknown; the
+      ahead-of-time roofline (``chinchax.aot``) reads it.
+    interconnect_source: where that figure comes from.
   """
 
   name: str
@@ -67,6 +71,8 @@ class Accelerator:
   spec_source: str
   slice_counts: str = "chips"
   aliases: tuple[str, ...] = ()
+  interconnect_bandwidth: float | None = None
+  interconnect_source: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +136,10 @@ def load_accelerators(path: str | pathlib.Path | None = None) -> dict[str, Accel
           price_date=e.get("price_date"), price_source=e.get("price_source"),
           spec_source=str(e.get("spec_source", "")),
           slice_counts=str(e.get("slice_counts", "chips")),
-          aliases=tuple(a.lower() for a in e.get("aliases", ())))
+          aliases=tuple(a.lower() for a in e.get("aliases", ())),
+          interconnect_bandwidth=(None if e.get("interconnect_bandwidth") is None
+                                  else float(e["interconnect_bandwidth"])),
+          interconnect_source=e.get("interconnect_source"))
     except (KeyError, TypeError, ValueError) as err:
       raise HardwareError(f"accelerator {name!r} in {str(path)!r} is malformed: {err!r}") from None
     if acc.peak_flops <= 0 or acc.hbm_bandwidth <= 0:

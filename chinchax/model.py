@@ -33,6 +33,12 @@ from flax import nnx
 
 from chinchax import attention as attention_lib
 from chinchax import budget
+from chinchax import sharding
+
+# Logical names of the activations pinned with sharding.constrain: the residual stream
+# (batch over data×fsdp, embed unsplit: fsdp is taken by the batch) and q, k, v by head.
+_BTD = ("batch", "seq", "embed")
+_BTHK = ("batch", "seq", "heads", "kv")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,8 +151,9 @@ class Attention(nnx.Module):
     q_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wq_DHK[...].astype(dt))
     k_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wk_DHK[...].astype(dt))
     v_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wv_DHK[...].astype(dt))
-    q_BTHK = apply_rope(q_BTHK, sin_TK2, cos_TK2)
-    k_BTHK = apply_rope(k_BTHK, sin_TK2, cos_TK2)
+    q_BTHK = sharding.constrain(apply_rope(q_BTHK, sin_TK2, cos_TK2), _BTHK)
+    k_BTHK = sharding.constrain(apply_rope(k_BTHK, sin_TK2, cos_TK2), _BTHK)
+    v_BTHK = sharding.constrain(v_BTHK, _BTHK)
     out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention,
                                               segment_ids_BT=segment_ids_BT)
     return jnp.einsum("bthk,hkd->btd", out_BTHK, self.wo_HKD[...].astype(dt))
@@ -166,7 +173,7 @@ class MLP(nnx.Module):
     dt = x_BTD.dtype
     gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_gate_DF[...].astype(dt))
     up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_up_DF[...].astype(dt))
-    h_BTF = jax.nn.silu(gate_BTF) * up_BTF
+    h_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "seq", "mlp"))
     return jnp.einsum("btf,fd->btd", h_BTF, self.w_down_FD[...].astype(dt))
 
 
@@ -180,6 +187,7 @@ class Block(nnx.Module):
     self.mlp = MLP(cfg, rngs)
 
   def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
+    x_BTD = sharding.constrain(x_BTD, _BTD)
     x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), sin_TK2, cos_TK2, segment_ids_BT)
     return x_BTD + self.mlp(self.mlp_norm(x_BTD))
 
@@ -222,7 +230,7 @@ class Transformer(nnx.Module):
     cfg = self.cfg
     dt = jnp.dtype(cfg.compute_dtype)
     T = tokens_BT.shape[1]
-    x_BTD = jnp.take(self.embed_VD[...], tokens_BT, axis=0).astype(dt)
+    x_BTD = sharding.constrain(jnp.take(self.embed_VD[...], tokens_BT, axis=0).astype(dt), _BTD)
     sin_TK2, cos_TK2 = rope_tables(T, cfg.head_dim, cfg.rope_theta)
     segment_ids_BT = document_ids(tokens_BT, cfg.eos_id) if cfg.document_mask else None
 
@@ -248,8 +256,9 @@ class Transformer(nnx.Module):
       head_DV = self.embed_VD[...].T
     else:
       head_DV = self.head_DV[...]
-    return jnp.einsum("btd,dv->btv", x_BTD, head_DV.astype(dt),
-                      preferred_element_type=jnp.float32)
+    logits_BTV = jnp.einsum("btd,dv->btv", sharding.constrain(x_BTD, _BTD), head_DV.astype(dt),
+                            preferred_element_type=jnp.float32)
+    return sharding.constrain(logits_BTV, ("batch", "seq", "vocab"))
 
 
 # Every parameter's role, by its leaf name: the weight-decay mask (chinchax.train.optim) reads

@@ -107,6 +107,39 @@ def logical_to_spec(names: tuple[str | None, ...], shape: tuple[int, ...] | None
   return P(*out)
 
 
+def constrain(x: jax.Array, names: tuple[str | None, ...]) -> jax.Array:
+  """Pins an activation's sharding to its logical axis names, under the abstract mesh in context.
+
+  Model code calls this on the activations whose layout decides the collectives (the
+  residual stream ``x_BTD``, the attention heads, the MLP hidden, the logits): with the
+  batch split over (data, fsdp) the compiler must all-gather parameters sharded on
+  ``fsdp`` (ZeRO-3) instead of gathering the batch and splitting activations by
+  ``embed``, which it otherwise may choose. Outside a mesh context (no
+  ``jax.sharding.use_abstract_mesh``; e.g. a model called eagerly) it returns ``x``
+  unchanged.
+
+  Args:
+    x: an array whose rank equals ``len(names)``.
+    names: logical axis names (see :data:`LOGICAL_AXIS_RULES`), None for unsplit.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return x
+  return jax.lax.with_sharding_constraint(x, logical_to_spec(names, x.shape, mesh))
+
+
+def under_mesh(fn, mesh: Mesh):
+  """``fn`` traced with ``mesh``'s abstract mesh in context, so :func:`constrain` applies."""
+
+  def wrapped(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+
+  wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+  wrapped.__doc__ = fn.__doc__
+  return wrapped
+
+
 def state_shardings(abstract_tree, mesh: Mesh):
   """NamedShardings for a tree of NNX Variables (or plain arrays) from their logical names.
 

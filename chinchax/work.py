@@ -125,3 +125,80 @@ def _saved_per_layer(shape: budget.ModelShape, profile: ExecutionProfile) -> int
   if profile.materialized_attention:
     per_layer += shape.n_heads * shape.seq_len
   return per_layer
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+  """Analytic peak memory of a train step per device, bytes, by part.
+
+  Attributes:
+    state: float32 parameters, gradients and AdamW m, v (16 bytes per parameter)
+      over the devices that shard them (fsdp × tensor).
+    gathered_weights: the compute-dtype copy of the weights in use: all of them
+      without FSDP; with FSDP, the layers whose gathered weights stay live (all of
+      them without remat, one layer with remat).
+    activations: what the backward keeps of every layer, for the device's share
+      of the batch (see :func:`mesh_memory_per_device`).
+    logits: float32 logits and their gradient over the device's tokens
+      (vocab split over tensor).
+  """
+
+  state: float
+  gathered_weights: float
+  activations: float
+  logits: float
+
+  @property
+  def total(self) -> float:
+    return self.state + self.gathered_weights + self.activations + self.logits
+
+  def to_dict(self) -> dict:
+    return {"state": self.state, "gathered_weights": self.gathered_weights,
+            "activations": self.activations, "logits": self.logits, "total": self.total}
+
+
+def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
+                           mesh: dict[str, int], remat: str = "none",
+                           profile: ExecutionProfile = ExecutionProfile()) -> MemoryEstimate:
+  """Peak memory of a train step per device on a (data, fsdp, tensor) mesh, bytes.
+
+  The accounting of :func:`memory_per_device` (Korthikanti et al. 2022,
+  Sec. 4.1, for this block without dropout) with chinchax's sharding rules
+  (``chinchax.sharding``): the batch splits over data × fsdp, parameters and
+  optimizer state over fsdp (their embed axis) and tensor (heads, MLP hidden,
+  vocab), activations of heads and MLP hidden over tensor. Remat
+  (``model.remat``) changes what the backward keeps per layer and token:
+  ``none`` every tensor of :func:`bytes_per_step`'s list; ``dots`` the matmul
+  outputs (q, k, v, attention output, gate, up: 4·n_heads·head_dim + 2·d_ff)
+  and the block input; ``full`` the block input alone (d_model), plus one
+  layer's full set while it is recomputed.
+
+  Raises:
+    StepTimeError: an unknown remat policy or a mesh axis < 1.
+  """
+  if remat not in ("none", "dots", "full"):
+    raise StepTimeError(f"remat={remat!r} is not 'none', 'dots' or 'full'")
+  data, fsdp, tensor = (int(mesh.get(a, 1)) for a in ("data", "fsdp", "tensor"))
+  if min(data, fsdp, tensor) < 1:
+    raise StepTimeError(f"mesh {mesh} has an axis < 1")
+  n = budget.param_counts(shape).total
+  tokens = global_batch_size * shape.seq_len / (data * fsdp)
+  a = profile.activation_bytes
+  split = 4 * shape.n_heads * shape.head_dim + 3 * shape.d_ff  # heads and MLP hidden: over tensor
+  attn = shape.n_heads * shape.seq_len if profile.materialized_attention else 0
+  full_layer = 4 * shape.d_model + (split + attn) / tensor
+  if remat == "none":
+    per_token = shape.n_layers * full_layer
+  elif remat == "dots":
+    per_token = shape.n_layers * (shape.d_model + (4 * shape.n_heads * shape.head_dim
+                                                   + 2 * shape.d_ff) / tensor) + full_layer
+  else:
+    per_token = shape.n_layers * shape.d_model + full_layer
+  layer_weights = budget.layer_matmul_params(shape)
+  live_layers = shape.n_layers if remat == "none" or fsdp == 1 else 1
+  embed = n - shape.n_layers * layer_weights
+  gathered = a * (live_layers * layer_weights + embed) / tensor if fsdp > 1 else \
+      a * n / tensor
+  return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
+                        gathered_weights=gathered, activations=tokens * a * per_token,
+                        logits=tokens * 8 * shape.vocab_size / tensor)

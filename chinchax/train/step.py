@@ -91,7 +91,7 @@ def make_eval_rows_step(graphdef) -> Callable:
 def jit_eval_rows(program: "TrainProgram") -> Callable:
   """:func:`make_eval_rows_step` jitted on ``program``'s mesh: params and batch as in the
   eval step, the [B] losses replicated so every process can read them all."""
-  return jax.jit(make_eval_rows_step(program.graphdef),
+  return jax.jit(sharding_lib.under_mesh(make_eval_rows_step(program.graphdef), program.mesh),
                  in_shardings=(program.shardings["params"], program.batch_sharding),
                  out_shardings=NamedSharding(program.mesh, jax.sharding.PartitionSpec()),
                  compiler_options=program.compiler_options)
@@ -186,10 +186,12 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   abstract_state = jax.eval_shape(init)
   shardings = sharding_lib.state_shardings(abstract_state, mesh)
   batch_sh = sharding_lib.batch_sharding(mesh)
-  step = jax.jit(make_train_step(graphdef, tx, schedule, config.train.z_loss),
+  step = jax.jit(sharding_lib.under_mesh(
+                     make_train_step(graphdef, tx, schedule, config.train.z_loss), mesh),
                  in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
                  donate_argnums=0, compiler_options=options)
-  eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings["params"], batch_sh),
+  eval_step = jax.jit(sharding_lib.under_mesh(make_eval_step(graphdef), mesh),
+                      in_shardings=(shardings["params"], batch_sh),
                       compiler_options=options)
   return TrainProgram(spec=spec, mesh=mesh, tx=tx, schedule=schedule, graphdef=graphdef,
                       abstract_state=abstract_state, shardings=shardings,

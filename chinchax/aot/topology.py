@@ -1,0 +1,255 @@
+"""Compile targets: a hardware name (``v5e-16``, ``v5p-128``, ``h100x8``) → compile-only devices.
+
+No accelerator is needed. TPU slices are described by ``libtpu``
+(``jax.experimental.topologies.get_topology_desc(platform="tpu")``, installed
+with ``pip install -e ".[tpu]"``); GPU hosts by the CUDA PJRT plugin
+(``pip install -e ".[gpu-aot]"``) from a device description kept in
+``chinchax/aot/targets/<accelerator>.txtpb`` (XLA's ``GpuTargetConfigProto``
+as text, with its provenance in the file's comments).
+
+Names follow ``chinchax.hardware.parse_hardware``: ``v5e-16`` = 16 chips,
+``v5p-128`` = 64 chips (the number counts TensorCores on v4 and v5p),
+``h100x8`` = 8 GPUs. Slices of 2D chips (v5e, v6e) are laid out as 1, 4, 8,
+16, …, 256 chips (``2x2`` … ``16x16``), 3D ones (v4, v5p) as ``2x2x1``,
+``2x2x2``, ``2x2x4``, ``2x4x4``, ``4x4x4``, … (each step doubles the last of the
+smallest sides), the shapes Cloud TPU sells.
+
+Two processes that initialise libtpu at once fail inside libtpu ("multi-process
+lockfile"), so a process takes ``~/.cache/chinchax/libtpu.lock`` before its first
+TPU description and keeps it until it exits: a second ``chinchax compile``
+waits for the first instead of failing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import math
+import os
+import pathlib
+import tempfile
+import time
+
+from chinchax import console
+from chinchax import errors
+from chinchax import hardware as hardware_lib
+
+TARGETS_DIR = pathlib.Path(__file__).with_name("targets")
+TPU_2D = ("v5e", "v6e")
+TPU_3D = ("v4", "v5p")
+MAX_2D_CHIPS = 256
+LOCK_PATH = pathlib.Path(os.path.expanduser("~/.cache/chinchax/libtpu.lock"))
+LOCK_TIMEOUT_S = 900.0
+_lock_file = None  # held for the life of the process once libtpu is in use
+
+
+class AotError(errors.UserError):
+  """A compile target, mesh or config that cannot be compiled ahead of time."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """A slice or host to compile for.
+
+  Attributes:
+    spec: the name as given (``"v5e-16"``).
+    hardware: its accelerator and chip count (``chinchax.hardware``).
+    platform: ``"tpu"`` or ``"gpu"``.
+    topology: the topology string handed to JAX (``"v5e:4x4"``, ``"1x1x8"``).
+    num_slices: TPU slices (ICI within a slice, data-center network between).
+    n_devices: JAX devices (v4 shows each TensorCore as a device: two per chip).
+    memory_per_device: HBM bytes per device (the table's per-chip figure over
+      the devices of a chip).
+  """
+
+  spec: str
+  hardware: hardware_lib.Hardware
+  platform: str
+  topology: str
+  num_slices: int
+  n_devices: int
+  memory_per_device: float
+
+  @property
+  def accelerator(self) -> hardware_lib.Accelerator:
+    return self.hardware.accelerator
+
+  def describe(self) -> str:
+    a = self.accelerator
+    slices = f" × {self.num_slices} slices" if self.num_slices > 1 else ""
+    return (f"{self.spec}: {self.n_devices} × {a.display_name} devices ({self.platform} "
+            f"topology {self.topology}{slices}), {self.memory_per_device / 1e9:.4g} GB HBM each")
+
+
+def tpu_shape(name: str, chips: int) -> tuple[int, ...]:
+  """The sides of a TPU slice of ``chips`` chips (see the module doc).
+
+  Raises:
+    AotError: a chip count that no slice of this generation has.
+  """
+  if name in TPU_2D:
+    sides = {1: (1, 1)}
+    x, y = 2, 2
+    while x * y <= MAX_2D_CHIPS:
+      sides[x * y] = (x, y)
+      x, y = (x, 2 * y) if x == y else (2 * x, y)
+    if chips not in sides:
+      raise AotError(f"{name} slices have {', '.join(map(str, sorted(sides)))} chips, not {chips}")
+    return sides[chips]
+  dims = [2, 2, 1]
+  valid = [4]
+  while math.prod(dims) < max(chips, 4):
+    smallest = min(dims)
+    i = max(j for j, d in enumerate(dims) if d == smallest)
+    dims[i] *= 2
+    valid.append(math.prod(dims))
+  if math.prod(dims) != chips:
+    raise AotError(f"{name} slices have {', '.join(map(str, valid[:8]))}, … chips (each a power "
+                   f"of 2 from 4), not {chips}")
+  return tuple(dims)
+
+
+def gpu_targets() -> list[str]:
+  """Accelerator names with a device description in ``chinchax/aot/targets/``."""
+  return sorted(p.stem for p in TARGETS_DIR.glob("*.txtpb"))
+
+
+def parse_target(spec: str, *, num_slices: int = 1,
+                 table: dict[str, hardware_lib.Accelerator] | None = None) -> Target:
+  """Parses a compile target name; nothing is compiled or loaded.
+
+  Raises:
+    AotError: (or HardwareError, both UserErrors) an unknown name, a chip count no
+      slice has, a GPU without a device description, ``num_slices`` < 1 or
+      given for a GPU, or a CPU target.
+  """
+  hw = hardware_lib.parse_hardware(spec, table)
+  acc = hw.accelerator
+  if not isinstance(num_slices, int) or num_slices < 1:
+    raise AotError(f"--slices={num_slices!r} must be a positive integer")
+  if acc.kind == "tpu":
+    if acc.name not in TPU_2D + TPU_3D:
+      raise AotError(f"no TPU topology is known for {acc.display_name}; known: "
+                     f"{', '.join(TPU_2D + TPU_3D)}")
+    sides = tpu_shape(acc.name, hw.n_devices)
+    per_chip = 2 if acc.name == "v4" else 1
+    return Target(spec=spec, hardware=hw, platform="tpu",
+                  topology=f"{acc.name}:{'x'.join(map(str, sides))}", num_slices=num_slices,
+                  n_devices=hw.n_devices * per_chip * num_slices,
+                  memory_per_device=acc.memory_bytes / per_chip)
+  if acc.kind == "gpu":
+    if num_slices != 1:
+      raise AotError(f"--slices={num_slices} is for TPU targets; name the GPU count instead "
+                     f"(e.g. {acc.name}x16 for two hosts of 8)")
+    if acc.name not in gpu_targets():
+      raise AotError(f"no device description for {acc.display_name} in {str(TARGETS_DIR)!r}; "
+                     f"GPUs with one: {', '.join(gpu_targets())}")
+    n = hw.n_devices
+    if n > 8 and n % 8:
+      raise AotError(f"{spec!r}: more than 8 GPUs must fill hosts of 8 (16, 24, …), not {n}")
+    hosts, per_host = (1, n) if n <= 8 else (n // 8, 8)
+    return Target(spec=spec, hardware=hw, platform="gpu", topology=f"1x{hosts}x{per_host}",
+                  num_slices=1, n_devices=n, memory_per_device=acc.memory_bytes)
+  raise AotError(f"{spec!r} is a {acc.kind} target; chinchax compile is for TPU slices and GPU "
+                 f"hosts (e.g. v5e-16, v5p-128, h100x8); on this host run chinchax train")
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+  """Sends what C++ libraries print to file descriptor 2 to a temporary file.
+
+  libtpu warns about TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES on a host
+  without TPUs, and the CUDA plugin about missing drivers: neither concerns a
+  compile for another machine. Python's own ``sys.stderr`` is flushed first and
+  restored after.
+  """
+  import sys
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as sink:
+    os.dup2(sink.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+
+
+def _take_libtpu_lock() -> None:
+  """Takes the per-user libtpu lock (see the module doc) once per process."""
+  global _lock_file
+  if _lock_file is not None:
+    return
+  LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+  f = open(LOCK_PATH, "a+")
+  start, said = time.monotonic(), False
+  while True:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      break
+    except BlockingIOError:
+      if not said:
+        console.warn(f"another process compiles for TPU ({LOCK_PATH} is held); waiting for it")
+        said = True
+      if time.monotonic() - start > LOCK_TIMEOUT_S:
+        f.close()
+        raise AotError(f"{LOCK_PATH} stayed held for {LOCK_TIMEOUT_S:.0f} s by another TPU "
+                       f"compile; wait for it to finish or end it") from None
+      time.sleep(0.5)
+  _lock_file = f
+
+
+def libtpu_available() -> bool:
+  """True when the ``libtpu`` package is installed."""
+  import importlib.util
+  return importlib.util.find_spec("libtpu") is not None
+
+
+def cuda_plugin_available() -> bool:
+  """True when JAX's CUDA PJRT plugin is installed."""
+  import importlib.util
+  return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+
+
+def check_available(target: Target) -> None:
+  """Raises AotError naming the install command when the target's compiler is missing."""
+  if target.platform == "tpu" and not libtpu_available():
+    raise AotError(f"compiling for {target.spec} needs libtpu, which is not installed; "
+                   f"pip install -e \".[tpu]\" (or pip install \"jax[tpu]\")")
+  if target.platform == "gpu" and not cuda_plugin_available():
+    raise AotError(f"compiling for {target.spec} needs JAX's CUDA plugin, which is not "
+                   f"installed; pip install -e \".[gpu-aot]\"")
+
+
+def compile_devices(target: Target) -> list:
+  """The target's compile-only JAX devices (no hardware touched; quiet; TPU lock held).
+
+  Raises:
+    AotError: the compiler for the target is not installed, or JAX refuses the topology.
+  """
+  check_available(target)
+  from jax.experimental import topologies
+  if target.platform == "gpu":
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    text = (TARGETS_DIR / f"{target.accelerator.name}.txtpb").read_text()
+    kwargs = dict(platform="cuda", target_config=text, topology=target.topology)
+  else:
+    _take_libtpu_lock()
+    kwargs = dict(platform="tpu", topology_name=target.topology)
+    if target.topology.endswith(":1x1"):
+      kwargs["chips_per_host_bounds"] = (1, 1, 1)
+    if target.num_slices > 1:
+      kwargs["num_slices"] = target.num_slices
+  try:
+    with quiet_stderr():
+      desc = topologies.get_topology_desc(**kwargs)
+  except Exception as e:  # JaxRuntimeError, NotImplementedError: JAX's text says why
+    raise AotError(f"JAX cannot describe {target.spec} ({target.topology}): "
+                   f"{str(e).splitlines()[0]}") from None
+  devices = list(desc.devices)
+  if len(devices) != target.n_devices:
+    raise AotError(f"{target.spec}: JAX describes {len(devices)} devices, expected "
+                   f"{target.n_devices}")
+  return devices
