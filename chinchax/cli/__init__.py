@@ -1,4 +1,4 @@
-"""``chinchax <verb>``: train, ladder, plan, fit, prepare, export, bench.
+"""``chinchax <verb>``: train, ladder, plan, fit, prepare, export, bench, compile.
 
   chinchax train  [--config configs/train.py:VARIANT] [--config.model.d_model=128 ...]
   chinchax ladder [--config configs/ladder.py:VARIANT] [--config.ladder.c_max=3e12 ...]
@@ -7,6 +7,7 @@
   chinchax prepare [--config configs/train.py:VARIANT] [--config.data.tokenizer=bpe ...]
   chinchax export WORKDIR --format safetensors [--out DIR] [--step N]
   chinchax bench [--config configs/bench.py:VARIANT] [--config.bench.timed_steps=10 ...]
+  chinchax compile --topology v5e-16 | v5p-128 | h100x8 [--search] [--config configs/train.py:VARIANT]
 
 Errors in the user's input (config, data, checkpoint mismatch, multi-process
 start-up, plan and fit flags) are ``chinchax.errors.UserError``s: :func:`main`
@@ -26,7 +27,7 @@ from chinchax import errors
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
 # chosen one is imported: `chinchax plan` and `chinchax fit` start without JAX, Flax or orbax.
-VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "bench")
+VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "bench", "compile")
 
 
 def _usage() -> str:

@@ -1,0 +1,230 @@
+"""What a compiled run means for the target: headroom, FLOPs, traffic, collectives, roofline.
+
+:func:`summarize` turns a :class:`~chinchax.aot.program.CompiledRun` into one
+dict (``chinchax compile --json`` prints it) and :func:`render` into the table.
+
+* Memory: XLA's per-device total (arguments + outputs − aliased + temporaries +
+  code) against the device's HBM (the accelerator table's per-chip figure),
+  headroom in GB and %; beside it the analytic estimate of
+  ``chinchax.work.mesh_memory_per_device`` and their ratio.
+* FLOPs and bytes: XLA's cost analysis per device against
+  ``chinchax.work.step_flops`` / ``bytes_per_step`` for the device's share of
+  the batch. XLA counts a ``lax.scan`` body once (``model.scan_layers``), so a
+  scanned model is compared per layer: the analytic count taken with one layer.
+* Roofline step time (Williams et al. 2009): compute = analytic FLOPs / peak,
+  HBM = bytes / bandwidth (XLA's bytes, scaled from one scanned layer to all,
+  or the analytic bytes where XLA gives none), interconnect = the collectives'
+  ring wire bytes / half the chip's two-way interconnect bandwidth (one
+  direction's share); the step is their maximum (perfect overlap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from chinchax import budget
+from chinchax import work
+from chinchax.aot import hlo as hlo_lib
+from chinchax.aot.program import CompiledRun
+
+# Headroom below which a program that fits is still flagged: XLA's own reservations,
+# fragmentation and the input pipeline's buffers live there.
+MIN_HEADROOM = 0.05
+
+
+def _profile(run: CompiledRun) -> work.ExecutionProfile:
+  m = run.spec.model
+  return work.ExecutionProfile(activation_bytes=4 if m.compute_dtype == "float32" else 2,
+                               materialized_attention=m.attention == "xla",
+                               causal_skip=m.attention in ("cudnn", "splash"))
+
+
+def analytic(run: CompiledRun) -> dict:
+  """Analytic per-device FLOPs, bytes and memory of the run's train step (and their per-layer
+  forms for a scanned model)."""
+  spec, n_dev = run.spec, run.target.n_devices
+  shape, gbs, prof = spec.shape(), spec.global_batch_size, _profile(run)
+  data_ways = spec.mesh["data"] * spec.mesh["fsdp"]
+  # FLOPs and traffic are spread over every device (tensor splits the matmuls too).
+  flops = work.step_flops(shape, gbs, n_devices=n_dev, profile=prof)
+  nbytes = work.bytes_per_step(shape, gbs, n_devices=n_dev, profile=prof)
+  one = dataclasses.replace(shape, n_layers=1)
+  mem = work.mesh_memory_per_device(shape, gbs, mesh=spec.mesh, remat=spec.model.remat,
+                                    profile=prof)
+  return {"flops": flops, "bytes": nbytes, "memory": mem.to_dict(), "data_ways": data_ways,
+          "flops_one_layer": work.step_flops(one, gbs, n_devices=n_dev, profile=prof),
+          "bytes_one_layer": work.bytes_per_step(one, gbs, n_devices=n_dev, profile=prof)}
+
+
+def roofline(run: CompiledRun, ana: dict) -> dict:
+  """Compute, HBM and interconnect seconds per step and the bound (see the module doc)."""
+  acc = run.target.accelerator
+  t = run.train
+  scanned = run.spec.model.scan_layers
+  compute = ana["flops"] / acc.peak_flops
+  if t.xla_bytes is not None:
+    scale = ana["bytes"] / ana["bytes_one_layer"] if scanned else 1.0
+    hbm_bytes, hbm_src = t.xla_bytes * scale, ("XLA, scaled from one scanned layer" if scanned
+                                               else "XLA")
+  else:
+    hbm_bytes, hbm_src = ana["bytes"], "analytic"
+  hbm = hbm_bytes / acc.hbm_bandwidth
+  wire = t.collectives.total_wire_bytes if t.collectives is not None else 0.0
+  ici = (wire / (acc.interconnect_bandwidth / 2) if acc.interconnect_bandwidth else None)
+  parts = {"compute": compute, "hbm": hbm, "interconnect": ici or 0.0}
+  bound = max(parts, key=parts.get)
+  step = parts[bound]
+  tokens = run.spec.global_batch_size * run.spec.seq_len
+  return {"compute_s": compute, "hbm_s": hbm, "hbm_bytes_source": hbm_src,
+          "interconnect_s": ici, "step_s": step, "bound": bound,
+          "no_overlap_step_s": compute + hbm + (ici or 0.0),
+          "tokens_per_s": tokens / step if step > 0 else None,
+          "mfu_bound": (budget.matmul_flops_per_token(run.spec.shape()) * tokens
+                        / run.target.n_devices / acc.peak_flops / step) if step > 0 else None}
+
+
+def suggestions(run: CompiledRun, required: float, available: float) -> list[str]:
+  """The knobs that would bring a program that does not fit (or barely fits) under HBM."""
+  m, mesh, out = run.spec.model, run.spec.mesh, []
+  if m.remat == "none":
+    out.append("model.remat=dots (keep matmul outputs) or full (keep only each block's input)")
+  elif m.remat == "dots":
+    out.append("model.remat=full (keep only each block's input)")
+  if mesh["data"] > 1:
+    out.append(f"mesh.fsdp={mesh['data'] * mesh['fsdp']} mesh.data=1 (shard parameters and "
+               f"AdamW state over the data devices too)")
+  if not m.scan_layers and m.n_layers > 4:
+    out.append("model.scan_layers=True (one compiled layer; also shortens the compile)")
+  per_dev = run.spec.global_batch_size // max(1, mesh["data"] * mesh["fsdp"])
+  if per_dev > 1:
+    out.append(f"a smaller train.global_batch_size or more devices ({per_dev} sequences of "
+               f"{run.spec.seq_len} tokens per device now)")
+  if m.n_heads % 2 == 0 and mesh["tensor"] == 1:
+    out.append("mesh.tensor=2 (split heads, MLP hidden and vocab)")
+  out.append("chinchax compile --search tries these and lists the variants that fit")
+  return out
+
+
+def summarize(run: CompiledRun) -> dict:
+  """The report of a compiled run as one JSON-ready dict (see the module doc)."""
+  spec, target, t = run.spec, run.target, run.train
+  ana = analytic(run)
+  hbm = target.memory_per_device
+  total = t.memory.get("total")
+  available = (t.oom or {}).get("available") or hbm
+  out = {
+      "target": {"spec": target.spec, "platform": target.platform, "topology": target.topology,
+                 "num_slices": target.num_slices, "n_devices": target.n_devices,
+                 "accelerator": target.accelerator.name,
+                 "memory_per_device": hbm},
+      "run": {"d_model": spec.model.d_model, "n_layers": spec.model.n_layers,
+              "n_heads": spec.model.n_heads, "d_ff": spec.model.d_ff,
+              "vocab_size": spec.model.vocab_size, "seq_len": spec.seq_len,
+              "global_batch_size": spec.global_batch_size, "N": spec.counts.total,
+              "mesh": spec.mesh, "remat": spec.model.remat,
+              "scan_layers": spec.model.scan_layers, "compute_dtype": spec.model.compute_dtype,
+              "attention": spec.model.attention, "steps": spec.steps},
+      "train_step": t.to_dict(),
+      "eval_step": None if run.eval is None else run.eval.to_dict(),
+      "fits": t.fits,
+      "analytic": ana,
+      "notes": list(run.notes),
+      "compiler_options": run.compiler_options,
+  }
+  if total is not None:
+    out["headroom_bytes"] = available - total
+    out["headroom_fraction"] = (available - total) / available
+    out["analytic_memory_ratio"] = ana["memory"]["total"] / total if total else None
+  if t.fits:
+    layer = spec.model.scan_layers
+    ref_flops = ana["flops_one_layer"] if layer else ana["flops"]
+    ref_bytes = ana["bytes_one_layer"] if layer else ana["bytes"]
+    out["flops_compared"] = "per layer (XLA counts the scanned body once)" if layer else "whole step"
+    out["xla_over_analytic_flops"] = (t.xla_flops / ref_flops if t.xla_flops else None)
+    out["xla_over_analytic_bytes"] = (t.xla_bytes / ref_bytes if t.xla_bytes else None)
+    if t.xla_flops is None:
+      out["notes"].append(f"XLA gives no cost analysis on {target.platform}: the analytic "
+                          f"FLOPs and bytes stand in")
+    out["roofline"] = roofline(run, ana)
+  if not out["fits"] or out.get("headroom_fraction", 1.0) < MIN_HEADROOM:
+    out["suggestions"] = suggestions(run, total or 0.0, available)
+  return out
+
+
+def _gb(x: float | None) -> str:
+  if x is None:
+    return "n/a"
+  return f"{x / 1e9:.3f} GB" if abs(x) >= 1e8 else f"{x / 1e6:.3g} MB"
+
+
+def _ms(x: float | None) -> str:
+  return "n/a" if x is None else f"{x * 1e3:.3g} ms"
+
+
+def render(rep: dict) -> str:
+  """The human-readable table of :func:`summarize`'s report."""
+  tg, r, t = rep["target"], rep["run"], rep["train_step"]
+  lines = [f"target   {tg['spec']}: {tg['n_devices']} × {tg['accelerator']} devices, topology "
+           f"{tg['topology']}{' × %d slices' % tg['num_slices'] if tg['num_slices'] > 1 else ''}"
+           f", {_gb(tg['memory_per_device'])} HBM per device",
+           f"run      d_model={r['d_model']} n_layers={r['n_layers']} n_heads={r['n_heads']} "
+           f"d_ff={r['d_ff']} vocab={r['vocab_size']} N={r['N']:,}; batch "
+           f"{r['global_batch_size']} × {r['seq_len']}; mesh {r['mesh']}; remat={r['remat']}"
+           f"{' scan_layers' if r['scan_layers'] else ''} {r['compute_dtype']} "
+           f"attention={r['attention']}"]
+  for name in ("train_step", "eval_step"):
+    p = rep.get(name)
+    if p is None:
+      continue
+    mem = p["memory"]
+    if p["fits"]:
+      lines.append(f"{name:<10} compiled in {p['compile_s']:.1f} s; per device: arguments "
+                   f"{_gb(mem['argument'])}, outputs {_gb(mem['output'])} (aliased "
+                   f"{_gb(mem['alias'])}), temporaries {_gb(mem['temp'])}, code "
+                   f"{_gb(mem['generated_code'])}; total {_gb(mem['total'])}")
+    elif p.get("oom"):
+      o = p["oom"]
+      lines.append(f"{name:<10} DOES NOT FIT: XLA needs {_gb(o['required'])} of {o['what']} "
+                   f"per device, {_gb(o['available'])} available "
+                   f"({_gb(o['required'] - o['available'])} over, compiled in "
+                   f"{p['compile_s']:.1f} s)")
+    else:
+      lines.append(f"{name:<10} failed to compile: {p.get('error')}")
+  if "headroom_bytes" in rep:
+    verdict = "fits" if rep["fits"] else "does not fit"
+    lines.append(f"memory     {verdict}: headroom {_gb(rep['headroom_bytes'])} "
+                 f"({100 * rep['headroom_fraction']:+.1f}%) of {_gb(tg['memory_per_device'])}; "
+                 f"analytic estimate {_gb(rep['analytic']['memory']['total'])} "
+                 f"(× {rep['analytic_memory_ratio']:.2f} of XLA's)")
+  if t["fits"]:
+    a = rep["analytic"]
+    xf, xb = t["xla_flops"], t["xla_bytes"]
+    ratio = rep.get("xla_over_analytic_flops")
+    lines.append(f"FLOPs      XLA {'n/a' if xf is None else f'{xf:.4g}'} per device, analytic "
+                 f"{a['flops']:.4g} (compared {rep['flops_compared']}: XLA / analytic "
+                 f"{'n/a' if ratio is None else f'{ratio:.3f}'})")
+    br = rep.get("xla_over_analytic_bytes")
+    lines.append(f"bytes      XLA {'n/a' if xb is None else f'{xb:.4g}'} accessed per device, "
+                 f"analytic {a['bytes']:.4g} (XLA / analytic "
+                 f"{'n/a' if br is None else f'{br:.3f}'})")
+    c = t["collectives"]
+    parts = [f"{k} {c[k]['count']}× {c[k]['operand_bytes'] / 1e6:.4g} MB"
+             for k in hlo_lib.KINDS if c[k]["count"]]
+    lines.append("collectives " + ("; ".join(parts) if parts else "none") + " per step "
+                 "(operand bytes per device)")
+    ro = rep["roofline"]
+    lines.append(f"roofline   compute {_ms(ro['compute_s'])}, HBM {_ms(ro['hbm_s'])}, "
+                 f"interconnect {_ms(ro['interconnect_s'])} → step ≥ {_ms(ro['step_s'])} "
+                 f"({ro['bound']}-bound; {ro['tokens_per_s']:,.0f} tokens/s, MFU ≤ "
+                 f"{100 * ro['mfu_bound']:.0f}%)")
+  for note in rep.get("notes", []):
+    lines.append(f"note       {note}")
+  for s in rep.get("suggestions", []):
+    lines.append(f"try        {s}")
+  return "\n".join(lines)
+
+
+def dumps(rep: dict) -> str:
+  """JSON text of a report."""
+  return json.dumps(rep, indent=2, sort_keys=True, default=float)

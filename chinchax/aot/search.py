@@ -1,0 +1,163 @@
+"""Variants of a run that fit a target, ranked by roofline step time; compile results cached.
+
+:func:`variants` lists configs that differ from the given one only in how the
+program is laid out — ``model.remat`` (none, dots, full), the mesh split
+(all data, all fsdp, data × fsdp, fsdp × tensor=2) and ``model.scan_layers``
+(on for deeper than 4 layers) — never in what it trains (shape, batch, steps).
+:func:`search` compiles each (train step only) and ranks those that fit by
+their roofline step time. :func:`compile_cached` keeps every report under
+``~/.cache/chinchax/aot/<fingerprint>.json``: the fingerprint hashes the config,
+the target and the versions of jax, jaxlib and libtpu / the CUDA plugin, so a
+repeated search or plan compiles nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+from typing import Callable
+
+from chinchax.aot import program as program_lib
+from chinchax.aot import report as report_lib
+from chinchax.aot import topology as topology_lib
+from chinchax.aot.topology import Target
+
+CACHE_DIR = pathlib.Path(os.path.expanduser("~/.cache/chinchax/aot"))
+REMATS = ("none", "dots", "full")
+
+
+def _version(pkg: str) -> str:
+  try:
+    return importlib.metadata.version(pkg)
+  except importlib.metadata.PackageNotFoundError:
+    return "-"
+
+
+def fingerprint(config, target: Target, eval_step: bool) -> str:
+  """sha256 of what decides the compiled program: config, target, compiler versions."""
+  key = {"config": json.loads(config.to_json_best_effort(sort_keys=True)),
+         "target": [target.spec, target.topology, target.num_slices],
+         "eval_step": eval_step,
+         "versions": [_version(p) for p in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin")]}
+  for volatile in ("workdir", "compile_cache_dir"):
+    key["config"].pop(volatile, None)
+  return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def compile_cached(config, target: Target, *, eval_step: bool = True, devices=None,
+                   cache_dir: pathlib.Path | None = CACHE_DIR) -> tuple[dict, bool]:
+  """(report of ``report.summarize``, whether it came from the cache) for ``config`` on ``target``.
+
+  ``cache_dir=None`` compiles without reading or writing the cache.
+  """
+  path = None
+  if cache_dir is not None:
+    path = pathlib.Path(cache_dir) / f"{fingerprint(config, target, eval_step)}.json"
+    if path.exists():
+      try:
+        return json.loads(path.read_text()), True
+      except (OSError, json.JSONDecodeError):
+        pass  # a torn cache file is compiled again and rewritten
+  run = program_lib.compile_run(config, target, eval_step=eval_step, devices=devices)
+  rep = report_lib.summarize(run)
+  if path is not None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(report_lib.dumps(rep))
+    tmp.replace(path)
+  return rep, False
+
+
+def mesh_splits(n_devices: int, n_heads: int) -> list[dict[str, int]]:
+  """Mesh layouts tried: all data, all fsdp, data × fsdp (√n-ish), fsdp × tensor=2."""
+  out = [{"data": n_devices, "fsdp": 1, "tensor": 1}, {"data": 1, "fsdp": n_devices, "tensor": 1}]
+  f = 1
+  while f * f < n_devices:
+    f *= 2
+  if 1 < f < n_devices and n_devices % f == 0:
+    out.append({"data": n_devices // f, "fsdp": f, "tensor": 1})
+  if n_devices % 2 == 0 and n_heads % 2 == 0 and n_devices > 2:
+    out.append({"data": 1, "fsdp": n_devices // 2, "tensor": 2})
+  return out
+
+
+def variants(config, target: Target) -> list:
+  """Configs of the same run laid out differently (see the module doc); the given one first."""
+  base = config.copy_and_resolve_references()
+  out, seen = [base], set()
+
+  def key(c):
+    return (c.model.remat, c.mesh.data, c.mesh.fsdp, c.mesh.tensor, c.model.scan_layers)
+
+  spec = program_lib.check_config(base, target)
+  base.mesh.update(**spec.mesh)
+  seen.add(key(base))
+  scan = bool(base.model.scan_layers) or base.model.n_layers > 4
+  for remat in REMATS:
+    for mesh in mesh_splits(target.n_devices, base.model.n_heads):
+      if base.train.global_batch_size % (mesh["data"] * mesh["fsdp"]):
+        continue
+      c = base.copy_and_resolve_references()
+      c.model.remat = remat
+      c.model.scan_layers = scan
+      c.mesh.update(**mesh)
+      if key(c) not in seen:
+        seen.add(key(c))
+        out.append(c)
+  return out
+
+
+def search(config, target: Target, *, cache_dir: pathlib.Path | None = CACHE_DIR,
+           progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
+  """Compiles every variant's train step; returns rows ranked: fitting ones by roofline step time,
+  then the rest by how far over HBM they are.
+
+  Each row: {"remat", "mesh", "scan_layers", "fits", "total_bytes", "headroom_fraction",
+  "step_s", "bound", "cached", "report"}.
+  """
+  devices = topology_lib.compile_devices(target)
+  rows = []
+  vs = variants(config, target)
+  for i, c in enumerate(vs):
+    rep, cached = compile_cached(c, target, eval_step=False, devices=devices, cache_dir=cache_dir)
+    ro = rep.get("roofline") or {}
+    rows.append({"remat": c.model.remat, "mesh": dict(rep["run"]["mesh"]),
+                 "scan_layers": bool(c.model.scan_layers), "fits": rep["fits"],
+                 "total_bytes": rep["train_step"]["memory"].get("total"),
+                 "headroom_fraction": rep.get("headroom_fraction"),
+                 "step_s": ro.get("step_s"), "bound": ro.get("bound"), "cached": cached,
+                 "given": i == 0, "report": rep})
+    if progress is not None:
+      progress(i + 1, len(vs), rows[-1])
+  fit = sorted((r for r in rows if r["fits"]), key=lambda r: r["step_s"] or float("inf"))
+  rest = sorted((r for r in rows if not r["fits"]), key=lambda r: -(r["headroom_fraction"] or
+                                                                    -float("inf")))
+  return fit + rest
+
+
+def render(rows: list[dict], target: Target) -> str:
+  """The search's table: one line per variant, the best first."""
+  lines = [f"{'rank':>4}  {'fits':<4}  {'remat':<5}  {'data×fsdp×tensor':<16}  {'scan':<5}  "
+           f"{'memory/device':>13}  {'headroom':>8}  {'step (roofline)':>15}  bound"]
+  for i, r in enumerate(rows, 1):
+    m = r["mesh"]
+    mem = "n/a" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e9:.3f} GB"
+    head = "n/a" if r["headroom_fraction"] is None else f"{100 * r['headroom_fraction']:+.1f}%"
+    step = "n/a" if r["step_s"] is None else f"{r['step_s'] * 1e3:.4g} ms"
+    tag = " (given)" if r["given"] else ""
+    lines.append(f"{i:>4}  {'yes' if r['fits'] else 'no':<4}  {r['remat']:<5}  "
+                 f"{m['data']}×{m['fsdp']}×{m['tensor']:<12}  {str(r['scan_layers']):<5}  "
+                 f"{mem:>13}  {head:>8}  {step:>15}  {r['bound'] or '-'}{tag}")
+  best = next((r for r in rows if r["fits"]), None)
+  if best is None:
+    lines.append(f"no variant fits {target.spec}; a smaller batch, more devices or a smaller "
+                 f"model would")
+  else:
+    m = best["mesh"]
+    lines.append(f"best: --config.model.remat={best['remat']} --config.mesh.data={m['data']} "
+                 f"--config.mesh.fsdp={m['fsdp']} --config.mesh.tensor={m['tensor']} "
+                 f"--config.model.scan_layers={best['scan_layers']}")
+  return "\n".join(lines)

@@ -1,0 +1,260 @@
+"""Ahead-of-time compilation: target names, HLO collectives, real TPU/GPU compiles, the CLI.
+
+The compile tests use libtpu's compile-only description of a 4-chip v5e slice (no TPU
+present) and run one after another in this process (libtpu takes a per-process lock).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from chinchax import budget
+from chinchax import config as config_lib
+from chinchax import hardware as hardware_lib
+from chinchax import work
+from chinchax.aot import hlo
+from chinchax.aot import program as program_lib
+from chinchax.aot import report as report_lib
+from chinchax.aot import search as search_lib
+from chinchax.aot import topology
+
+needs_libtpu = pytest.mark.skipif(not topology.libtpu_available(),
+                                  reason="libtpu not installed (pip install -e '.[tpu]')")
+needs_cuda_plugin = pytest.mark.skipif(not topology.cuda_plugin_available(),
+                                       reason="JAX's CUDA plugin not installed ('.[gpu-aot]')")
+
+
+@pytest.mark.parametrize("spec, topo, devices", [
+    ("v5e-4", "v5e:2x2", 4), ("v5e-16", "v5e:4x4", 16), ("v6e-256", "v6e:16x16", 256),
+    ("v5e-8", "v5e:2x4", 8), ("v5p-8", "v5p:2x2x1", 4), ("v5p-128", "v5p:4x4x4", 64),
+    ("v4-32", "v4:2x2x4", 32), ("v5p-1024", "v5p:8x8x8", 512), ("h100x8", "1x1x8", 8),
+    ("h200x16", "1x2x8", 16)])
+def test_target_names(spec, topo, devices):
+  t = topology.parse_target(spec)
+  assert (t.topology, t.n_devices) == (topo, devices)
+
+
+def test_target_memory_and_slices():
+  v4 = topology.parse_target("v4-8")  # 4 chips, each TensorCore a device: 16 GiB each
+  assert v4.n_devices == 8 and v4.memory_per_device == pytest.approx(2 ** 35 / 2)
+  two = topology.parse_target("v5e-16", num_slices=2)
+  assert two.n_devices == 32 and two.num_slices == 2
+
+
+@pytest.mark.parametrize("spec, kw, words", [
+    ("v5e-12", {}, "not 12"), ("v5p-24", {}, "not 12"), ("cpu", {}, "chinchax train"),
+    ("h100x12", {}, "hosts of 8"), ("h100x8", {"num_slices": 2}, "TPU targets"),
+    ("v5e-4", {"num_slices": 0}, "positive integer"), ("l4x2", {}, "no device description")])
+def test_target_errors(spec, kw, words):
+  with pytest.raises(topology.AotError, match=words):
+    topology.parse_target(spec, **kw)
+
+
+def test_unknown_target_lists_the_names():
+  with pytest.raises(hardware_lib.HardwareError, match="known accelerators"):
+    topology.parse_target("v9-8")
+
+
+_HLO = """HloModule m
+
+%body (p: (s32[], bf16[8,4])) -> (s32[], bf16[8,4]) {
+  %p = (s32[], bf16[8,4]) parameter(0)
+  %ag = bf16[8,4]{1,0} all-gather(%x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  %ars = f32[2,4]{1,0} fusion(%y), kind=kCustom, calls=%all-reduce-scatter.1
+  ROOT %t = (s32[], bf16[8,4]) tuple(%i, %ag)
+}
+
+%all-reduce-scatter.1 (a: f32[8,4]) -> f32[2,4] {
+  %ar = f32[8,4]{1,0} all-reduce(%a), replica_groups=[1,4]<=[4], to_apply=%add
+  ROOT %ds = f32[2,4]{1,0} dynamic-slice(%ar, %o, %o), dynamic_slice_sizes={2,4}
+}
+
+%cond (p: (s32[], bf16[8,4])) -> pred[] {
+  ROOT %lt = pred[] compare(%a, %b), direction=LT
+}
+
+ENTRY %main (a: f32[16]) -> f32[16] {
+  %w = (s32[], bf16[8,4]) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"12"}}
+  %s = (f32[16]{0}, f32[16]{0}) all-reduce-start(%a), replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0','axis_1'}, to_apply=%add
+  %d = (f32[16]{0}, f32[16]{0}) all-reduce-done(%s)
+  %cp = (bf16[4]{0}, bf16[4]{0}, u32[], u32[]) collective-permute-start(%b), source_target_pairs={{0,1},{1,0}}
+  ROOT %r = f32[16]{0} copy(%a)
+}
+"""
+
+
+def test_hlo_collectives_by_hand():
+  s = hlo.collectives(_HLO, n_devices=4)
+  # the loop body's all-gather (bf16[8,4] = 64 B, group 4) and reduce-scatter fusion
+  # (f32[2,4] = 32 B, its all-reduce's group 4) run 12 times; the async pair once.
+  assert s.count == {"all-gather": 12, "reduce-scatter": 12, "all-reduce": 1, "all-to-all": 0,
+                     "collective-permute": 1}
+  assert s.operand_bytes["all-gather"] == 12 * 64 / 4
+  assert s.wire_bytes["all-gather"] == 12 * 64 * 3 / 4
+  assert s.operand_bytes["reduce-scatter"] == 12 * 32 * 4
+  assert s.wire_bytes["reduce-scatter"] == 12 * 32 * 3
+  assert s.operand_bytes["all-reduce"] == 2 * 64  # both 64-byte operands of the tuple
+  assert s.wire_bytes["all-reduce"] == 2 * (2 * 64) * 3 / 4  # group = 2 × 2 mesh axes
+  assert s.operand_bytes["collective-permute"] == 8  # the result half of the tuple
+  assert s.unknown_trip_loops == 0
+
+
+def test_group_sizes():
+  assert hlo.group_size("replica_groups={{0,1},{2,3}}", 8) == 2
+  assert hlo.group_size("replica_groups=[2,4]<=[8]", 8) == 4
+  assert hlo.group_size("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_1'}", 8) == 2
+  assert hlo.group_size("replica_groups={}", 8) == 8
+
+
+def test_mesh_memory_by_hand():
+  shape = budget.ModelShape(vocab_size=256, d_model=64, n_layers=2, n_heads=4, d_ff=128,
+                            seq_len=32, tie_embeddings=True)
+  n = budget.param_counts(shape).total
+  prof = work.ExecutionProfile(2, True, False)
+  est = work.mesh_memory_per_device(shape, 8, mesh={"data": 1, "fsdp": 4, "tensor": 1},
+                                    remat="full", profile=prof)
+  tokens = 8 * 32 / 4
+  assert est.state == 16 * n / 4
+  full_layer = 4 * 64 + 4 * 4 * 16 + 3 * 128 + 4 * 32
+  assert est.activations == tokens * 2 * (2 * 64 + full_layer)
+  assert est.logits == tokens * 8 * 256
+  none = work.mesh_memory_per_device(shape, 8, mesh={"data": 4, "fsdp": 1, "tensor": 1},
+                                     profile=prof)
+  assert none.state == 16 * n and none.activations == tokens * 2 * 2 * full_layer
+  with pytest.raises(work.StepTimeError, match="remat"):
+    work.mesh_memory_per_device(shape, 8, mesh={"data": 1}, remat="some")
+
+
+def _tiny(**mesh):
+  """A small run whose every dimension is a multiple of 128 (TPU pads arrays to 128 lanes)."""
+  c = config_lib.get_variant("tiny")
+  c.model.update(d_model=256, n_heads=2, d_ff=512)
+  c.mesh.update(data=1, fsdp=1, tensor=1)
+  c.mesh.update(**mesh)
+  return c
+
+
+@needs_libtpu
+def test_tpu_compile_fsdp_gathers_params_and_dp_all_reduces():
+  target = topology.parse_target("v5e-4")
+  devices = topology.compile_devices(target)
+  args = {}
+  for fsdp in (1, 2, 4):
+    c = _tiny(data=4 // fsdp, fsdp=fsdp)
+    run = program_lib.compile_run(c, target, eval_step=fsdp == 4, devices=devices)
+    assert run.train.fits, run.train
+    col = run.train.collectives.count
+    if fsdp == 1:
+      assert col["all-reduce"] > 0 and col["all-gather"] == 0 and col["reduce-scatter"] == 0
+    if fsdp == 4:
+      assert col["all-gather"] > 0 and col["reduce-scatter"] > 0
+      assert run.eval is not None and run.eval.fits
+    n = run.spec.counts.total
+    batch = 4 * c.train.global_batch_size * (c.train.seq_len + 1) / 4
+    # float32 parameters + AdamW m and v, sharded over fsdp; the device's rows of the batch
+    args[fsdp] = (run.train.memory["argument"], 12 * n / fsdp + batch)
+  assert args[1][0] > args[2][0] > args[4][0]
+  for got, hand in args.values():
+    assert got == pytest.approx(hand, rel=0.05)
+
+
+@needs_libtpu
+def test_tpu_compile_that_does_not_fit_reports_by_how_much():
+  c = config_lib.get_variant("125m")
+  run = program_lib.compile_run(c, topology.parse_target("v5e-4"), eval_step=False)
+  assert not run.train.fits and run.train.oom["required"] > run.train.oom["available"] > 1e10
+  rep = report_lib.summarize(run)
+  assert rep["fits"] is False and rep["headroom_bytes"] < 0
+  assert any("remat" in s for s in rep["suggestions"])
+  assert "DOES NOT FIT" in report_lib.render(rep)
+
+
+@needs_libtpu
+def test_compile_cache_and_report(tmp_path):
+  c = _tiny(data=4)
+  target = topology.parse_target("v5e-4")
+  rep, cached = search_lib.compile_cached(c, target, eval_step=False, cache_dir=tmp_path)
+  assert not cached and rep["fits"] and rep["roofline"]["step_s"] > 0
+  assert rep["xla_over_analytic_flops"] == pytest.approx(1.0, abs=0.35)
+  again, cached = search_lib.compile_cached(c, target, eval_step=False, cache_dir=tmp_path)
+  assert cached and again["train_step"]["memory"] == rep["train_step"]["memory"]
+  c.model.remat = "full"  # another program: another fingerprint
+  assert search_lib.fingerprint(c, target, False) != next(tmp_path.glob("*.json")).stem
+
+
+@needs_cuda_plugin
+def test_gpu_compile_without_a_gpu():
+  run = program_lib.compile_run(_tiny(data=8), topology.parse_target("h100x8"),
+                                eval_step=False)
+  assert run.train.fits and run.train.xla_flops is None
+  assert run.train.collectives.count["all-reduce"] > 0
+  rep = report_lib.summarize(run)
+  assert any("analytic" in n for n in rep["notes"]) and rep["roofline"]["step_s"] > 0
+
+
+def test_variants_keep_the_run_and_rank(monkeypatch):
+  c = _tiny(data=-1)
+  target = topology.parse_target("v5e-4")
+  vs = search_lib.variants(c, target)
+  assert {(v.model.remat, v.mesh.data, v.mesh.fsdp, v.mesh.tensor) for v in vs} >= {
+      ("none", 4, 1, 1), ("full", 1, 4, 1), ("dots", 1, 2, 2), ("full", 2, 2, 1)}
+  assert all(v.train.global_batch_size == 8 and v.model.d_model == 256 for v in vs)
+  assert len(vs) == len({(v.model.remat, v.mesh.data, v.mesh.fsdp, v.mesh.tensor) for v in vs})
+
+  def fake(config, target, **kw):  # fits only with remat=full; faster with more fsdp
+    fits = config.model.remat == "full"
+    return ({"fits": fits, "run": {"mesh": dict(config.mesh)},
+             "train_step": {"memory": {"total": 1e9}}, "headroom_fraction": 0.5 if fits else -1,
+             "roofline": {"step_s": 1.0 / config.mesh.fsdp, "bound": "hbm"}}, False)
+
+  monkeypatch.setattr(search_lib, "compile_cached", fake)
+  monkeypatch.setattr(topology, "compile_devices", lambda t: [])
+  rows = search_lib.search(c, target, cache_dir=None)
+  n_fit = sum(v.model.remat == "full" for v in vs)
+  assert [r["fits"] for r in rows] == [True] * n_fit + [False] * (len(vs) - n_fit)
+  assert all(r["remat"] == "full" for r in rows[:n_fit])
+  assert rows[0]["mesh"]["fsdp"] == 4 and "mesh.fsdp=4" in search_lib.render(rows, target)
+
+
+def _cli(*args):
+  return subprocess.run([sys.executable, "-m", "chinchax.cli", "compile", *args],
+                        capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--topology", "v5e-12"), "not 12"),
+    (("--topology", "v5e-4", "--config.mesh.data=3", "--config.mesh.fsdp=1"), "4"),
+    (("--topology", "v5e-4", "--config=configs/train.py:tiny", "--config.mesh.data=-1",
+      "--config.train.global_batch_size=6"), "global_batch_size"),
+    (("--slices", "2"), "--topology"),
+])
+def test_cli_bad_input_is_one_line(args, words):
+  r = _cli(*args)
+  assert r.returncode == 2, r.stderr
+  err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+  assert len(err) == 1 and words in err[0], r.stderr
+  assert "Traceback" not in r.stderr
+
+
+def test_missing_libtpu_is_named(monkeypatch):
+  monkeypatch.setattr(topology, "libtpu_available", lambda: False)
+  with pytest.raises(topology.AotError, match=r"pip install -e \"\.\[tpu\]\""):
+    program_lib.compile_run(_tiny(data=4), topology.parse_target("v5e-4"))
+
+
+@needs_libtpu
+def test_cli_json(tmp_path, capfd):
+  # In this process: libtpu is held by one process at a time (this one, after the tests above).
+  from chinchax import cli
+  out = tmp_path / "r.json"
+  status = cli.main(["compile", "--topology", "v5e-8", "--config=configs/train.py:tiny",
+                     "--config.mesh.data=-1", "--no-eval", "--no-cache", "--json",
+                     "--out", str(out)])
+  captured = capfd.readouterr()
+  assert status == 0, captured.err
+  rep = json.loads(captured.out)
+  assert rep["fits"] and rep["target"]["topology"] == "v5e:2x4"
+  assert json.loads(out.read_text())["train_step"]["memory"] == rep["train_step"]["memory"]
+  assert "TPU_WORKER_HOSTNAMES" not in captured.err and "TPU_ACCELERATOR_TYPE" not in captured.err
