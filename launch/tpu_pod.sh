@@ -19,6 +19,13 @@
 #   --setup                  make DIR/.venv and pip install -e "DIR[tpu]" on every worker
 #   --dir DIR                code directory on the workers (default: chinchax, under $HOME)
 #   --dry-run                print the gcloud commands instead of running them
+#   --skip-compile           do not compile the run for the slice first (see below)
+#
+# Before anything is created, synced or started, `chinchax compile --topology TYPE` (run here,
+# no TPU needed: pip install -e ".[tpu]") compiles the train step for the slice with the same
+# flags and stops the launch, with its report, when the program does not fit in the chips' HBM
+# (exit status 3). It needs --accelerator-type; --skip-compile launches without the check.
+# The `chinchax` it runs is $CHINCHAX when set.
 #
 # Every worker runs `chinchax train --config.distributed.mode=tpu FLAGS`; JAX reads the slice's
 # worker list and starts the coordinator on worker 0. Give --config.workdir a directory every
@@ -34,7 +41,7 @@ set -euo pipefail
 usage() { awk 'NR == 1 || /^#SBATCH/ {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; }
 
 name="" zone="" project="" accel="" version="tpu-ubuntu2204-base" dir="chinchax"
-create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0
+create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0 skip_compile=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -50,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --sync) sync=1; shift ;;
     --setup) setup=1; shift ;;
     --dry-run) dry_run=1; shift ;;
+    --skip-compile) skip_compile=1; shift ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -61,6 +69,27 @@ fi
 if [[ $((create + queued)) -gt 0 && -z "$accel" ]]; then
   echo "error: --create / --queued need --accelerator-type, e.g. v5p-32" >&2
   exit 2
+fi
+
+if ((!skip_compile)); then
+  if [[ -z "$accel" ]]; then
+    echo "error: the pre-launch compile needs --accelerator-type (e.g. v5p-32), or pass" \
+         "--skip-compile" >&2
+    exit 2
+  fi
+  compile=("${CHINCHAX:-chinchax}" compile --topology "$accel" --no-eval --require-fit "$@")
+  if ((dry_run)); then
+    echo "+ ${compile[*]}"
+  else
+    echo "compiling the run for $accel before launching (--skip-compile to skip)" >&2
+    status=0
+    "${compile[@]}" || status=$?
+    if ((status != 0)); then
+      echo "error: chinchax compile for $accel stopped the launch (exit status $status);" \
+           "nothing was created or started" >&2
+      exit "$status"
+    fi
+  fi
 fi
 
 where=(--zone="$zone")

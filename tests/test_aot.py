@@ -258,3 +258,13 @@ def test_cli_json(tmp_path, capfd):
   assert rep["fits"] and rep["target"]["topology"] == "v5e:2x4"
   assert json.loads(out.read_text())["train_step"]["memory"] == rep["train_step"]["memory"]
   assert "TPU_WORKER_HOSTNAMES" not in captured.err and "TPU_ACCELERATOR_TYPE" not in captured.err
+
+
+def test_trip_count_from_the_loop_condition():
+  text = _HLO.replace(', backend_config={"known_trip_count":{"n":"12"}}', "").replace(
+      "ROOT %lt = pred[] compare(%a, %b), direction=LT",
+      "%c = s32[] constant(7)\n  ROOT %lt = pred[] compare(%a, %c), direction=LT")
+  s = hlo.collectives(text, n_devices=4)
+  assert s.count["all-gather"] == 7 and s.unknown_trip_loops == 0
+  s = hlo.collectives(_HLO.replace(', backend_config={"known_trip_count":{"n":"12"}}', ""), 4)
+  assert s.count["all-gather"] == 1 and s.unknown_trip_loops == 1

@@ -31,7 +31,7 @@ DEFERRED = {
         "only plan --calibrate needs the train stack; a plain plan starts in < 1 s",
 }
 VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.planning", "chinchax.bench",
-         "chinchax.export")
+         "chinchax.export", "chinchax.aot")
 
 
 def _module_name(path: pathlib.Path) -> str:

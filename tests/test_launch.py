@@ -59,6 +59,9 @@ def test_tpu_pod_dry_run_forms_the_gcloud_commands():
             "--config.workdir=/mnt/shared/runs/a")
   assert r.returncode == 0, r.stderr
   lines = r.stdout.splitlines()
+  assert lines[0] == ("+ chinchax compile --topology v5p-32 --no-eval --require-fit "
+                      "--config=configs/train.py:125m --config.workdir=/mnt/shared/runs/a")
+  lines = lines[1:]
   assert lines[0].startswith("+ gcloud compute tpus tpu-vm create pod1 --zone=us-east5-a "
                              "--project=proj --accelerator-type=v5p-32")
   assert "--spot" in lines[0]
@@ -72,6 +75,25 @@ def test_tpu_pod_dry_run_forms_the_gcloud_commands():
   assert r.returncode == 2 and "--name and --zone are required" in r.stderr
   r = _bash(REPO / "launch" / "tpu_pod.sh", "--name", "n", "--zone", "z", "--create")
   assert r.returncode == 2 and "--accelerator-type" in r.stderr
+
+
+def test_tpu_pod_stops_when_the_program_does_not_fit(tmp_path):
+  fake = tmp_path / "chinchax"  # a compile that reports "does not fit" (exit 3)
+  fake.write_text("#!/usr/bin/env bash\necho \"$*\" > \"$(dirname \"$0\")/args\"\n"
+                  "echo 'train_step DOES NOT FIT'\nexit 3\n")
+  fake.chmod(0o755)
+  env = dict(os.environ, CHINCHAX=str(fake), PATH=f"{tmp_path}:{os.environ['PATH']}")
+  r = _bash(REPO / "launch" / "tpu_pod.sh", "--name", "pod1", "--zone", "z",
+            "--accelerator-type", "v5e-16", "--create", "--", "--config=configs/train.py:125m",
+            env=env)
+  assert r.returncode == 3 and "nothing was created" in r.stderr
+  assert "DOES NOT FIT" in r.stdout and "gcloud" not in r.stdout + r.stderr
+  assert (tmp_path / "args").read_text().split() == [
+      "compile", "--topology", "v5e-16", "--no-eval", "--require-fit",
+      "--config=configs/train.py:125m"]
+  r = _bash(REPO / "launch" / "tpu_pod.sh", "--name", "pod1", "--zone", "z", "--skip-compile",
+            "--dry-run", env=env)
+  assert r.returncode == 0 and "compile" not in r.stdout
 
 
 def test_slurm_dry_run_forms_the_srun_command():

@@ -177,9 +177,11 @@ def collectives(text: str, n_devices: int) -> CollectiveSummary:
           continue
         if attr == "body" and op == "while":
           t = _TRIP.search(rest)
-          if t is None:
+          cond = next((cc for a, cc in called if a == "condition"), None)
+          trips = int(t.group(1)) if t else _trips_from_condition(comps.get(cond, []))
+          if trips is None:
             unknown += 1
-          visit(c, m * (int(t.group(1)) if t else 1), depth + 1)
+          visit(c, m * (trips or 1), depth + 1)
         elif attr != "condition":
           visit(c, m, depth + 1)
 
@@ -205,13 +207,25 @@ def collectives(text: str, n_devices: int) -> CollectiveSummary:
   return CollectiveSummary(count, operand, wire, unknown)
 
 
+def _trips_from_condition(cond: list[tuple]) -> int | None:
+  """A counted loop's trip count read off its condition (``i < constant``), when the backend
+  config does not carry it (TPU): the one integer scalar constant the condition compares with."""
+  values = []
+  for _, shape, op, rest in cond:
+    if op == "constant" and re.match(r"[su](32|64)\[\]", shape):
+      m = re.match(r"\s*(-?\d+)\)", rest)
+      if m:
+        values.append(int(m.group(1)))
+  return values[0] if len(values) == 1 and values[0] > 0 else None
+
+
 def _result_bytes(op: str, shape: str) -> float:
   """Bytes of a collective's result; for async starts (operands, results[, contexts]) the results."""
   if not op.endswith("-start"):
     return shape_bytes(shape)
   arrays = _arrays(re.sub(r"\bu32\[\]", "", shape)) if "collective-permute" in op else \
       _arrays(shape)
-  if op.startswith(("all-gather", "collective-permute")) and len(arrays) >= 2:
+  if not op.startswith("all-reduce") and len(arrays) >= 2:  # ((operands), (results))
     return float(sum(arrays[len(arrays) // 2:]))
   return float(sum(arrays))
 
