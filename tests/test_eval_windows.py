@@ -14,7 +14,8 @@ from chinchax import train as train_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
-from chinchax.train import loop as loop_lib
+from chinchax.train import evaluate as evaluate_lib
+from chinchax.train import summary as summary_lib
 
 N_WINDOWS = 100  # not a multiple of the 64-row chunk: the last chunk is padded
 
@@ -30,7 +31,7 @@ def _evaluator(config, devices, host_params=None):
     params = program.init_state()["params"]
   else:
     params = jax.device_put(host_params, program.shardings["params"])
-  return data, loop_lib._Evaluator(program, data), params, program
+  return data, evaluate_lib.Evaluator(program, data), params, program
 
 
 def _by_hand(program, params, split, seq_len, ids):
@@ -82,9 +83,9 @@ def test_window_ids_and_stats():
   np.testing.assert_array_equal(pipeline_lib.eval_window_ids(10, 4), [0, 2, 5, 7])
   np.testing.assert_array_equal(pipeline_lib.eval_window_ids(3, 3), [0, 1, 2])
   assert pipeline_lib.eval_chunk_rows(8) == 64 and pipeline_lib.eval_chunk_rows(3) == 66
-  mean, se = loop_lib.window_stats([1.0, 2.0, 3.0, 6.0])
+  mean, se = evaluate_lib.window_stats([1.0, 2.0, 3.0, 6.0])
   assert mean == 3.0 and se == pytest.approx(math.sqrt(14 / 3) / 2)  # s² = (4+1+0+9)/3
-  assert math.isnan(loop_lib.window_stats([2.0])[1])
+  assert math.isnan(evaluate_lib.window_stats([2.0])[1])
 
 
 def test_train_reports_the_se_and_too_many_windows_is_one_error(tiny_config):
@@ -122,7 +123,7 @@ def test_default_keeps_the_eval_batches_and_reports_no_se(tiny_config):
   data = train_lib.prepare_data(c, spec)
   assert data.windows is None and len(data.evals) == c.train.eval_batches
   assert data.evals[0].shape == (c.train.global_batch_size, c.train.seq_len + 1)
-  assert loop_lib._json_float(None) is None and loop_lib._json_float(float("nan")) is None
+  assert summary_lib.json_float(None) is None and summary_lib.json_float(float("nan")) is None
 
 
 @pytest.mark.parametrize("bad", [-1, True])
@@ -141,7 +142,7 @@ def test_curve_evals_read_an_evenly_spread_subset_and_the_final_eval_all(tiny_co
   c1 = c.copy_and_resolve_references()
   c1.mesh.update(data=1, fsdp=1, tensor=1)
   data, full, params, program = _evaluator(c1, jax.devices()[:1])
-  curve = loop_lib._Evaluator(program, data, curve_windows=100)  # -> 2 chunks: the 1st and 4th
+  curve = evaluate_lib.Evaluator(program, data, curve_windows=100)  # -> 2 chunks: the 1st and 4th
   w = data.windows
   per_window = _by_hand(program, params, data.val_split, c.train.seq_len, w.window_ids)
   mean_sub, se_sub = curve(params, final=False)

@@ -327,13 +327,13 @@ def test_cpu_peak_is_measured_once_per_host(monkeypatch, tmp_path):
 
 def test_rerun_of_a_finished_run_keeps_its_measured_speed(tmp_path):
   """A call that times no step (the run was already done) keeps the earlier speed figures."""
-  from chinchax.train import loop
+  from chinchax.train import summary
   prev = tmp_path / "summary.json"
   prev.write_text(json.dumps({"step_time_s": 0.02, "tokens_per_s": 1e4, "mfu": 0.1,
                               "compile_s": 1.5}))
   now = {"step_time_s": float("nan"), "tokens_per_s": float("nan"), "mfu": float("nan"),
          "compile_s": None, "wall_s": 2.0}
-  kept = loop._keep_measured_speed(now, prev)
+  kept = summary.keep_measured_speed(now, prev)
   assert kept["tokens_per_s"] == 1e4 and kept["compile_s"] == 1.5 and kept["wall_s"] == 2.0
   timed = {**now, "compile_s": 0.7, "tokens_per_s": 2e4}
-  assert loop._keep_measured_speed(timed, prev) == timed
+  assert summary.keep_measured_speed(timed, prev) == timed

@@ -113,7 +113,7 @@ def expand_points(cfg) -> list[Point]:
     lists = {f: _split(s[f], f"{where}.{f}") for f in _LIST_FIELDS}
     for field, choices in _CHOICE_FIELDS:
       for v in lists[field]:
-        config_lib._check_choice(v, choices, f"{where}.{field}")
+        config_lib.check_choice(v, choices, f"{where}.{field}")
     for m in lists["mesh"]:
       parse_mesh(m)
     for combo in itertools.product(models, batches, seqs, *lists.values()):
@@ -147,11 +147,11 @@ def validate_bench(cfg) -> list[Point]:
       ``bench.hardware``.
   """
   b = cfg.bench
-  config_lib._check_positive(b.warmup_steps, "bench.warmup_steps", allow_zero=True, integer=True)
-  config_lib._check_positive(b.timed_steps, "bench.timed_steps", integer=True)
-  config_lib._check_positive(b.point_timeout_s, "bench.point_timeout_s")
-  config_lib._check_positive(b.memory_limit_gb, "bench.memory_limit_gb", allow_zero=True)
-  config_lib._check_positive(b.fit_heldout, "bench.fit_heldout", integer=True)
+  config_lib.check_positive(b.warmup_steps, "bench.warmup_steps", allow_zero=True, integer=True)
+  config_lib.check_positive(b.timed_steps, "bench.timed_steps", integer=True)
+  config_lib.check_positive(b.point_timeout_s, "bench.point_timeout_s")
+  config_lib.check_positive(b.memory_limit_gb, "bench.memory_limit_gb", allow_zero=True)
+  config_lib.check_positive(b.fit_heldout, "bench.fit_heldout", integer=True)
   if not cfg.workdir:
     raise config_lib.ConfigError("workdir is empty; give a directory for the bench results")
   if b.hardware:
@@ -163,7 +163,7 @@ def validate_bench(cfg) -> list[Point]:
     for k in ("d_model", "n_layers", "n_heads", "d_ff"):
       if k not in shape:
         raise config_lib.ConfigError(f"models.{name} lacks {k}")
-      config_lib._check_positive(shape[k], f"models.{name}.{k}", integer=True)
+      config_lib.check_positive(shape[k], f"models.{name}.{k}", integer=True)
   points = expand_points(cfg)
   if b.fit_sweep:
     if b.fit_sweep not in cfg.sweeps:

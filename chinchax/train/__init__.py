@@ -10,14 +10,17 @@ loop fetches step t's metrics only after step t+1 is dispatched.
 Modules: :mod:`~chinchax.train.spec` (RunSpec, resolve), :mod:`~chinchax.train.optim`
 (schedule, decay mask, AdamW chain), :mod:`~chinchax.train.step` (loss, the pure
 step, :func:`build_program`), :mod:`~chinchax.train.mfu` (peak FLOP/s),
-:mod:`~chinchax.train.metrics` (metrics.jsonl + TensorBoard), :mod:`~chinchax.train.loop`
-(the run).
+:mod:`~chinchax.train.metrics` (metrics.jsonl + TensorBoard), :mod:`~chinchax.train.rundata`
+(store and batches), :mod:`~chinchax.train.steplog` (deferred rows, speed),
+:mod:`~chinchax.train.evaluate` (eval loss and its s.e.), :mod:`~chinchax.train.summary`
+(summary.json, result lines), :mod:`~chinchax.train.loop` (the run).
 """
 
-from chinchax.train.loop import Diverged, RunData, prepare_data, train
+from chinchax.train.loop import Diverged, train
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
 from chinchax.train.mfu import calibrate_cpu_flops, peak_flops
 from chinchax.train.optim import lr_schedule, make_optimizer, weight_decay_mask
+from chinchax.train.rundata import RunData, prepare_data
 from chinchax.train.spec import RunSpec, describe, resolve
 from chinchax.train.step import (TrainProgram, build_program, compiled_train_step_cost,
                                  global_batch, loss_terms, make_eval_step, make_train_step)

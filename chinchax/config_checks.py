@@ -1,0 +1,310 @@
+"""The checks of a config: one :class:`ConfigError` naming the bad value and what is valid.
+
+:func:`validate` is called before any expensive work (corpus reading, model
+init, compilation). The choice tuples (:data:`ATTENTION_IMPLS`, ...) are the
+valid values of the knobs that take a name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import ml_collections
+
+from chinchax import errors
+
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
+REMAT_POLICIES = ("none", "full", "dots")
+INIT_RULES = ("fixed", "small")
+BUDGET_MODES = ("tokens_per_param", "flops", "tokens", "steps")
+N_KINDS = ("total", "non_embedding")
+DATA_SOURCES = ("stdlib", "files", "hf")
+TOKENIZERS = ("bytes", "bpe", "hf")
+DECODE_ERRORS = ("replace", "skip")
+MESH_AXES = ("data", "fsdp", "tensor")
+DISTRIBUTED_MODES = ("auto", "off", "explicit", "slurm", "tpu")
+LR_SCHEDULES = ("cosine", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
+MAX_DECAY_FRACTION = 0.9  # a wsd decay starts no earlier than the 10% warmup cap (budget.max_warmup_steps)
+CPU_COLLECTIVES = ("gloo", "mpi", "none")
+
+
+class ConfigError(errors.UserError):
+  """A config value is invalid; the message names the value and what is valid."""
+
+
+def check_choice(value, choices, name: str) -> None:
+  """Raises :class:`ConfigError` unless ``value`` is one of ``choices`` (``name``: the knob)."""
+  if value not in choices:
+    raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+
+def check_positive(value, name: str, *, allow_zero: bool = False, integer: bool = False) -> None:
+  """Raises :class:`ConfigError` unless ``value`` is a finite number (an int with ``integer``,
+  never a bool) above 0 (or equal to 0 with ``allow_zero``); ``name``: the knob."""
+  ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else (
+      isinstance(value, (int, float)) and not isinstance(value, bool))
+  if not ok_type or (isinstance(value, float) and not math.isfinite(value)):
+    raise ConfigError(f"{name}={value!r} must be a finite {'integer' if integer else 'number'}")
+  if value < 0 or (value == 0 and not allow_zero):
+    raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def parse_save_steps(text) -> tuple[int, ...]:
+  """``train.save_steps`` ("100,250" or "") as sorted distinct positive step numbers.
+
+  Raises:
+    ConfigError: an entry that is not a positive integer.
+  """
+  steps = set()
+  for part in str(text).split(","):
+    part = part.strip()
+    if not part:
+      continue
+    if not part.isdigit() or int(part) < 1:
+      raise ConfigError(f"train.save_steps={text!r}: {part!r} is not a positive step number; "
+                        f"give comma-separated steps >= 1, e.g. '400,800', or ''")
+    steps.add(int(part))
+  return tuple(sorted(steps))
+
+
+COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per backend
+_XLA_OPTION_NAME = re.compile(r"^xla_[a-z0-9_]+$")
+
+
+def compiler_options_text(train_cfg) -> str:
+  """``train.compiler_options``, or "auto" for a run config saved before the key existed."""
+  return train_cfg.get("compiler_options", COMPILER_OPTIONS_AUTO)
+
+
+def parse_compiler_options(text) -> dict[str, str]:
+  """``train.compiler_options`` other than "auto" ("name=value,name=value" or "") as
+  {name: value}; a value may be empty ("xla_cpu_experimental_ynn_fusion_type=").
+
+  Only the syntax is checked here; ``chinchax.train.compiler.resolve`` asks XLA.
+
+  Raises:
+    ConfigError: not a string, an entry without ``=``, a name that is not an XLA
+      option name (``xla_`` then lower-case letters, digits, underscores), or a
+      name given twice.
+  """
+  if not isinstance(text, str):
+    raise ConfigError(f"train.compiler_options={text!r} must be a string: "
+                      f"{COMPILER_OPTIONS_AUTO!r}, '' or 'xla_name=value,...'")
+  out: dict[str, str] = {}
+  for item in (part.strip() for part in text.split(",")):
+    if not item:
+      continue
+    name, eq, value = (x.strip() for x in item.partition("="))
+    if not eq or not _XLA_OPTION_NAME.match(name):
+      raise ConfigError(
+          f"train.compiler_options={text!r}: {item!r} is not name=value with an XLA option "
+          f"name (xla_…, e.g. xla_cpu_experimental_ynn_fusion_type=); give "
+          f"{COMPILER_OPTIONS_AUTO!r}, '' (XLA's defaults) or comma-separated name=value")
+    if name in out:
+      raise ConfigError(f"train.compiler_options={text!r} names {name} twice")
+    out[name] = value
+  return out
+
+
+def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
+  """Fills in the one -1 axis of the mesh so the product equals ``n_devices``.
+
+  Returns:
+    {"data": int, "fsdp": int, "tensor": int} with product ``n_devices``.
+  Raises:
+    ConfigError: more than one -1, a size that is 0 or below -1, or a product
+      that does not equal (or divide, with a -1) the device count.
+  """
+  sizes = {a: mesh_cfg[a] for a in MESH_AXES}
+  for a, s in sizes.items():
+    if not isinstance(s, int) or isinstance(s, bool) or (s < 1 and s != -1):
+      raise ConfigError(f"mesh.{a}={s!r} must be a positive integer or -1 (fill)")
+  fill = [a for a, s in sizes.items() if s == -1]
+  if len(fill) > 1:
+    raise ConfigError(f"only one mesh axis may be -1, got {', '.join('mesh.' + a for a in fill)}")
+  known = math.prod(s for s in sizes.values() if s != -1)
+  if fill:
+    if n_devices % known:
+      raise ConfigError(
+          f"mesh {sizes} cannot fill -1: the other axes multiply to {known}, which does not "
+          f"divide the {n_devices} available devices")
+    sizes[fill[0]] = n_devices // known
+  elif known != n_devices:
+    raise ConfigError(
+        f"mesh data×fsdp×tensor = {sizes['data']}×{sizes['fsdp']}×{sizes['tensor']} = {known} "
+        f"but there are {n_devices} devices; make the product {n_devices} or set one axis to -1")
+  return sizes
+
+
+def parse_host_port(address: str, name: str = "distributed.coordinator_address") -> tuple[str, int]:
+  """Splits ``host:port`` (``[v6addr]:port`` for IPv6) into (host, port).
+
+  Raises:
+    ConfigError: no port, a port outside 1..65535, or an empty host.
+  """
+  host, sep, port = str(address).rpartition(":")
+  host = host.strip("[]")
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ConfigError(f"{name}={address!r} must be host:port with a port in 1..65535, "
+                      f"e.g. 10.0.0.2:12355")
+  return host, int(port)
+
+
+def validate_distributed(r: ml_collections.ConfigDict) -> None:
+  """Checks ``config.distributed``; raises one :class:`ConfigError` naming the bad value.
+
+  Raises:
+    ConfigError: unknown mode or CPU collectives, a malformed coordinator
+      address or device-id list, a non-positive timeout, a process count below
+      0, or a process id outside [0, num_processes) (or below -1), and an
+      ``explicit`` mode missing the address, count or id.
+  """
+  check_choice(r.mode, DISTRIBUTED_MODES, "distributed.mode")
+  check_choice(r.cpu_collectives, CPU_COLLECTIVES, "distributed.cpu_collectives")
+  check_positive(r.initialization_timeout_s, "distributed.initialization_timeout_s", integer=True)
+  check_positive(r.heartbeat_timeout_s, "distributed.heartbeat_timeout_s", integer=True)
+  check_positive(r.num_processes, "distributed.num_processes", allow_zero=True, integer=True)
+  pid = r.process_id
+  if not isinstance(pid, int) or isinstance(pid, bool) or pid < -1:
+    raise ConfigError(f"distributed.process_id={pid!r} must be an integer >= 0 (or -1: from "
+                      f"the environment)")
+  if r.num_processes and pid >= r.num_processes:
+    raise ConfigError(f"distributed.process_id={pid} is out of range for "
+                      f"distributed.num_processes={r.num_processes}; use 0..{r.num_processes - 1}")
+  if r.coordinator_address:
+    parse_host_port(r.coordinator_address)
+  ids = str(r.local_device_ids).strip()
+  if ids and not all(part.strip().isdigit() for part in ids.split(",")):
+    raise ConfigError(f"distributed.local_device_ids={r.local_device_ids!r} must be comma-separated "
+                      f"non-negative integers, e.g. '0,1,2,3', or '' (JAX default)")
+  if r.mode == "explicit" or (r.mode == "auto" and r.coordinator_address):
+    if not r.coordinator_address:
+      raise ConfigError("distributed.mode='explicit' needs distributed.coordinator_address=host:port")
+    if r.num_processes < 1:
+      raise ConfigError(f"distributed.num_processes={r.num_processes} must be >= 1 with a "
+                        f"coordinator address ({r.coordinator_address!r})")
+    if pid < 0:
+      raise ConfigError(f"distributed.process_id={pid} must be set (0..{r.num_processes - 1}) "
+                        f"with a coordinator address ({r.coordinator_address!r})")
+
+
+def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None:
+  """Checks every knob; raises one :class:`ConfigError` naming the first bad value.
+
+  Args:
+    c: the config.
+    n_devices: global device count; when given, the mesh and batch are checked too.
+  """
+  m, t, b, d = c.model, c.train, c.budget, c.data
+  check_positive(c.seed, "seed", allow_zero=True, integer=True)
+  if not c.workdir:
+    raise ConfigError("workdir is empty; give a directory for checkpoints and metrics")
+  check_positive(m.vocab_size, "model.vocab_size", allow_zero=True, integer=True)
+  for k in ("d_model", "n_layers", "n_heads", "d_ff"):
+    check_positive(m[k], f"model.{k}", integer=True)
+  if m.d_model % m.n_heads:
+    raise ConfigError(
+        f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
+        f"choose n_heads among the divisors of d_model, e.g. "
+        f"{[h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0][-4:]}")
+  if (m.d_model // m.n_heads) % 2:
+    raise ConfigError(f"head_dim = d_model/n_heads = {m.d_model // m.n_heads} must be even for RoPE")
+  check_positive(m.rope_theta, "model.rope_theta")
+  check_positive(m.norm_eps, "model.norm_eps")
+  check_choice(m.init, INIT_RULES, "model.init")
+  check_positive(m.init_std, "model.init_std")
+  check_choice(m.compute_dtype, COMPUTE_DTYPES, "model.compute_dtype")
+  check_choice(m.attention, ATTENTION_IMPLS, "model.attention")
+  check_choice(m.remat, REMAT_POLICIES, "model.remat")
+  if not isinstance(m.scan_layers, bool):
+    raise ConfigError(f"model.scan_layers={m.scan_layers!r} must be True or False")
+  if not isinstance(m.document_mask, bool):
+    raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
+  if not isinstance(t.stop_on_nonfinite, bool):
+    raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
+  options = compiler_options_text(t)
+  if options != COMPILER_OPTIONS_AUTO:
+    parse_compiler_options(options)
+
+  check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
+  if not isinstance(t.seq_len, int) or t.seq_len < 2:
+    raise ConfigError(f"train.seq_len={t.seq_len!r} must be an integer >= 2")
+  check_positive(t.peak_lr, "train.peak_lr")
+  check_positive(t.warmup_steps, "train.warmup_steps", allow_zero=True, integer=True)
+  if not 0.0 <= t.min_lr_ratio <= 1.0:
+    raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio!r} must lie in [0, 1]")
+  for k in ("b1", "b2"):
+    if not 0.0 <= t[k] < 1.0:
+      raise ConfigError(f"train.{k}={t[k]!r} must lie in [0, 1)")
+  check_positive(t.eps, "train.eps")
+  for k in ("weight_decay", "grad_clip", "z_loss", "peak_flops_per_device"):
+    check_positive(t[k], f"train.{k}", allow_zero=True)
+  check_positive(t.eval_points, "train.eval_points", allow_zero=True, integer=True)
+  if (not isinstance(t.eval_points_from, (int, float)) or isinstance(t.eval_points_from, bool)
+      or not 0.0 <= t.eval_points_from < 1.0):
+    raise ConfigError(f"train.eval_points_from={t.eval_points_from!r} must be a number in [0, 1)")
+  check_positive(t.eval_windows, "train.eval_windows", allow_zero=True, integer=True)
+  check_positive(t.curve_eval_windows, "train.curve_eval_windows", allow_zero=True, integer=True)
+  for k in ("eval_every", "eval_batches", "log_every", "checkpoint_every", "keep_checkpoints"):
+    check_positive(t[k], f"train.{k}", integer=True)
+  check_choice(t.schedule, LR_SCHEDULES, "train.schedule")
+  check_choice(t.decay_shape, DECAY_SHAPES, "train.decay_shape")
+  f = t.decay_fraction
+  if (not isinstance(f, (int, float)) or isinstance(f, bool) or not math.isfinite(f)
+      or not 0.0 < f <= MAX_DECAY_FRACTION):
+    raise ConfigError(f"train.decay_fraction={f!r} must lie in (0, {MAX_DECAY_FRACTION}] (the "
+                      f"share of the steps in the final wsd decay; 0.1-0.2 match cosine)")
+  check_positive(t.decay_start_step, "train.decay_start_step", allow_zero=True, integer=True)
+  parse_save_steps(t.save_steps)
+  if not isinstance(t.init_from, str):
+    raise ConfigError(f"train.init_from={t.init_from!r} must be a path (a run's workdir) or ''")
+  check_positive(t.init_step, "train.init_step", allow_zero=True, integer=True)
+  if t.init_step and not t.init_from.strip():
+    raise ConfigError(f"train.init_step={t.init_step} needs train.init_from, the workdir of the "
+                      f"run whose checkpoint to start from")
+
+  check_choice(b.mode, BUDGET_MODES, "budget.mode")
+  check_choice(b.n_kind, N_KINDS, "budget.n_kind")
+  if b.mode == "tokens_per_param":
+    check_positive(b.tokens_per_param, "budget.tokens_per_param")
+  elif b.mode == "flops":
+    check_positive(b.flops, "budget.flops")
+  elif b.mode == "tokens":
+    check_positive(b.tokens, "budget.tokens", integer=True)
+  else:
+    check_positive(b.steps, "budget.steps", integer=True)
+
+  check_choice(d.source, DATA_SOURCES, "data.source")
+  check_choice(d.txt_documents, ("file", "paragraph", "line"), "data.txt_documents")
+  check_choice(d.tokenizer, TOKENIZERS, "data.tokenizer")
+  check_choice(d.decode_errors, DECODE_ERRORS, "data.decode_errors")
+  if d.source == "hf" and not str(d.hf_name).strip():
+    raise ConfigError("data.source='hf' needs data.hf_name, a dataset name or a local dataset directory")
+  if d.tokenizer == "hf" and not str(d.tokenizer_path).strip():
+    raise ConfigError("data.tokenizer='hf' needs data.tokenizer_path, the path of a tokenizer.json")
+  check_positive(d.bpe_vocab_size, "data.bpe_vocab_size", integer=True)
+  if d.tokenizer == "bpe" and not 258 <= d.bpe_vocab_size <= 2**31 - 1:
+    raise ConfigError(f"data.bpe_vocab_size={d.bpe_vocab_size!r} must be at least 258 "
+                      f"(256 byte tokens + EOS + one merge)")
+  check_positive(d.prepare_workers, "data.prepare_workers", allow_zero=True, integer=True)
+  check_positive(d.shard_mb, "data.shard_mb")
+  if d.source == "files" and not str(d.paths).strip():
+    raise ConfigError("data.source='files' needs data.paths, e.g. --config.data.paths='corpus/*.txt'")
+  if not 0.0 < d.val_fraction < 1.0:
+    raise ConfigError(f"data.val_fraction={d.val_fraction!r} must lie strictly between 0 and 1")
+  check_positive(d.read_threads, "data.read_threads", integer=True)
+  check_positive(c.mesh.num_cpu_devices, "mesh.num_cpu_devices", allow_zero=True, integer=True)
+  validate_distributed(c.distributed)
+
+  if n_devices is not None:
+    sizes = resolve_mesh_shape(c.mesh, n_devices)
+    if m.n_heads % sizes["tensor"]:
+      raise ConfigError(f"model.n_heads={m.n_heads} is not divisible by mesh.tensor={sizes['tensor']}")
+    dp = sizes["data"] * sizes["fsdp"]
+    if t.global_batch_size % dp:
+      raise ConfigError(
+          f"train.global_batch_size={t.global_batch_size} is not divisible by the data-parallel "
+          f"size data×fsdp = {sizes['data']}×{sizes['fsdp']} = {dp}; use a multiple of {dp}")
