@@ -136,25 +136,30 @@ def _tiny(**mesh):
   return c
 
 
+def _compile(config, spec, **kw):
+  """A compile in its own process (the test process never loads libtpu)."""
+  return search_lib.compile_cached(config, topology.parse_target(spec), cache_dir=kw.pop(
+      "cache_dir", None), **kw)[0]
+
+
 @needs_libtpu
 def test_tpu_compile_fsdp_gathers_params_and_dp_all_reduces():
-  target = topology.parse_target("v5e-4")
-  devices = topology.compile_devices(target)
   args = {}
   for fsdp in (1, 2, 4):
     c = _tiny(data=4 // fsdp, fsdp=fsdp)
-    run = program_lib.compile_run(c, target, eval_step=fsdp == 4, devices=devices)
-    assert run.train.fits, run.train
-    col = run.train.collectives.count
+    rep = _compile(c, "v5e-4", eval_step=fsdp == 4)
+    t = rep["train_step"]
+    assert rep["fits"], t
+    col = {k: t["collectives"][k]["count"] for k in hlo.KINDS}
     if fsdp == 1:
       assert col["all-reduce"] > 0 and col["all-gather"] == 0 and col["reduce-scatter"] == 0
     if fsdp == 4:
       assert col["all-gather"] > 0 and col["reduce-scatter"] > 0
-      assert run.eval is not None and run.eval.fits
-    n = run.spec.counts.total
+      assert rep["eval_step"] is not None and rep["eval_step"]["fits"]
+    n = rep["run"]["N"]
     batch = 4 * c.train.global_batch_size * (c.train.seq_len + 1) / 4
     # float32 parameters + AdamW m and v, sharded over fsdp; the device's rows of the batch
-    args[fsdp] = (run.train.memory["argument"], 12 * n / fsdp + batch)
+    args[fsdp] = (t["memory"]["argument"], 12 * n / fsdp + batch)
   assert args[1][0] > args[2][0] > args[4][0]
   for got, hand in args.values():
     assert got == pytest.approx(hand, rel=0.05)
@@ -162,11 +167,10 @@ def test_tpu_compile_fsdp_gathers_params_and_dp_all_reduces():
 
 @needs_libtpu
 def test_tpu_compile_that_does_not_fit_reports_by_how_much():
-  c = config_lib.get_variant("125m")
-  run = program_lib.compile_run(c, topology.parse_target("v5e-4"), eval_step=False)
-  assert not run.train.fits and run.train.oom["required"] > run.train.oom["available"] > 1e10
-  rep = report_lib.summarize(run)
-  assert rep["fits"] is False and rep["headroom_bytes"] < 0
+  rep = _compile(config_lib.get_variant("125m"), "v5e-4", eval_step=False)
+  oom = rep["train_step"]["oom"]
+  assert not rep["fits"] and oom["required"] > oom["available"] > 1e10
+  assert rep["headroom_bytes"] < 0
   assert any("remat" in s for s in rep["suggestions"])
   assert "DOES NOT FIT" in report_lib.render(rep)
 
@@ -184,13 +188,23 @@ def test_compile_cache_and_report(tmp_path):
   assert search_lib.fingerprint(c, target, False) != next(tmp_path.glob("*.json")).stem
 
 
+def test_a_compiler_crash_is_a_report(monkeypatch):
+  def crashed(*a, **kw):
+    return subprocess.CompletedProcess(a[0], -11, stdout="", stderr="")
+
+  monkeypatch.setattr(search_lib.subprocess, "run", crashed)
+  rep, _ = search_lib.compile_cached(_tiny(data=4), topology.parse_target("v5e-4"),
+                                     cache_dir=None)
+  assert rep["fits"] is False and "SIGSEGV" in rep["train_step"]["error"]
+  assert "failed to compile" in report_lib.render(rep) and rep["suggestions"]
+
+
 @needs_cuda_plugin
 def test_gpu_compile_without_a_gpu():
-  run = program_lib.compile_run(_tiny(data=8), topology.parse_target("h100x8"),
-                                eval_step=False)
-  assert run.train.fits and run.train.xla_flops is None
-  assert run.train.collectives.count["all-reduce"] > 0
-  rep = report_lib.summarize(run)
+  rep = _compile(_tiny(data=8), "h100x8", eval_step=False)
+  t = rep["train_step"]
+  assert rep["fits"] and t["xla_flops"] is None
+  assert t["collectives"]["all-reduce"]["count"] > 0
   assert any("analytic" in n for n in rep["notes"]) and rep["roofline"]["step_s"] > 0
 
 
@@ -210,7 +224,7 @@ def test_variants_keep_the_run_and_rank(monkeypatch):
              "roofline": {"step_s": 1.0 / config.mesh.fsdp, "bound": "hbm"}}, False)
 
   monkeypatch.setattr(search_lib, "compile_cached", fake)
-  monkeypatch.setattr(topology, "compile_devices", lambda t: [])
+  monkeypatch.setattr(topology, "check_available", lambda t: None)
   rows = search_lib.search(c, target, cache_dir=None)
   n_fit = sum(v.model.remat == "full" for v in vs)
   assert [r["fits"] for r in rows] == [True] * n_fit + [False] * (len(vs) - n_fit)
@@ -245,19 +259,15 @@ def test_missing_libtpu_is_named(monkeypatch):
 
 
 @needs_libtpu
-def test_cli_json(tmp_path, capfd):
-  # In this process: libtpu is held by one process at a time (this one, after the tests above).
-  from chinchax import cli
+def test_cli_json(tmp_path):
   out = tmp_path / "r.json"
-  status = cli.main(["compile", "--topology", "v5e-8", "--config=configs/train.py:tiny",
-                     "--config.mesh.data=-1", "--no-eval", "--no-cache", "--json",
-                     "--out", str(out)])
-  captured = capfd.readouterr()
-  assert status == 0, captured.err
-  rep = json.loads(captured.out)
+  r = _cli("--topology", "v5e-8", "--config=configs/train.py:tiny", "--config.mesh.data=-1",
+           "--no-eval", "--no-cache", "--json", "--out", str(out))
+  assert r.returncode == 0, r.stderr
+  rep = json.loads(r.stdout)
   assert rep["fits"] and rep["target"]["topology"] == "v5e:2x4"
   assert json.loads(out.read_text())["train_step"]["memory"] == rep["train_step"]["memory"]
-  assert "TPU_WORKER_HOSTNAMES" not in captured.err and "TPU_ACCELERATOR_TYPE" not in captured.err
+  assert "TPU_WORKER_HOSTNAMES" not in r.stderr and "TPU_ACCELERATOR_TYPE" not in r.stderr
 
 
 def test_trip_count_from_the_loop_condition():

@@ -30,6 +30,8 @@ CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.con
 DEFERRED = {
     ("chinchax/cli/plan.py", "chinchax.planning.measure"):
         "only plan --calibrate needs the train stack; a plain plan starts in < 1 s",
+    ("chinchax/cli/plan.py", "chinchax.aot.plancheck"):
+        "only plan --aot compiles (JAX, libtpu); a plain plan starts in < 1 s",
 }
 VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.planning", "chinchax.bench",
          "chinchax.export", "chinchax.aot")

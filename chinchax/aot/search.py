@@ -18,6 +18,10 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import signal
+import subprocess
+import sys
+import time
 from typing import Callable
 
 from chinchax.aot import program as program_lib
@@ -26,6 +30,7 @@ from chinchax.aot import topology as topology_lib
 from chinchax.aot.topology import Target
 
 CACHE_DIR = pathlib.Path(os.path.expanduser("~/.cache/chinchax/aot"))
+CHILD_TIMEOUT_S = 3600.0
 REMATS = ("none", "dots", "full")
 
 
@@ -47,11 +52,59 @@ def fingerprint(config, target: Target, eval_step: bool) -> str:
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def compile_isolated(config, target: Target, *, eval_step: bool = True) -> dict:
+  """The report of one compile run in a child process (``chinchax.aot.child``).
+
+  A compiler that crashes (a signal) or hangs past :data:`CHILD_TIMEOUT_S` gives a
+  report whose train step failed, with the reason, instead of ending this process.
+
+  Raises:
+    UserError: what the child raised as one (bad config or target).
+  """
+  spec = program_lib.check_config(config, target)
+  request = json.dumps({"config": config.to_json_best_effort(), "target": target.spec,
+                        "num_slices": target.num_slices, "eval_step": eval_step})
+  start = time.perf_counter()
+  try:
+    proc = subprocess.run([sys.executable, "-m", "chinchax.aot.child"], input=request,
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+  except subprocess.TimeoutExpired:
+    return _failed(config, target, spec, f"the compile ran past {CHILD_TIMEOUT_S:.0f} s",
+                   time.perf_counter() - start)
+  last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+  try:
+    out = json.loads(last) if last else None
+  except json.JSONDecodeError:
+    out = None
+  if isinstance(out, dict) and "user_error" in out:
+    raise topology_lib.AotError(out["user_error"])
+  if proc.returncode == 0 and isinstance(out, dict):
+    return out
+  if proc.returncode < 0:
+    why = (f"the compiler crashed ({signal.Signals(-proc.returncode).name}) in its own "
+           f"process; a bug of this XLA / libtpu for this layout, try another (--search)")
+  else:
+    tail = [l for l in proc.stderr.strip().splitlines() if l.strip()][-1:] or ["no output"]
+    why = f"the compile process failed (exit status {proc.returncode}): {tail[0][:300]}"
+  return _failed(config, target, spec, why, time.perf_counter() - start)
+
+
+def _failed(config, target: Target, spec, why: str, seconds: float) -> dict:
+  run = program_lib.CompiledRun(target=target, spec=spec,
+                                train=program_lib.ProgramResult("train_step", seconds, False, {},
+                                                                error=why),
+                                eval=None, compiler_options={})
+  return report_lib.summarize(run)
+
+
 def compile_cached(config, target: Target, *, eval_step: bool = True, devices=None,
-                   cache_dir: pathlib.Path | None = CACHE_DIR) -> tuple[dict, bool]:
+                   cache_dir: pathlib.Path | None = CACHE_DIR,
+                   isolate: bool = True) -> tuple[dict, bool]:
   """(report of ``report.summarize``, whether it came from the cache) for ``config`` on ``target``.
 
-  ``cache_dir=None`` compiles without reading or writing the cache.
+  ``cache_dir=None`` compiles without reading or writing the cache. ``isolate``
+  compiles in a child process (:func:`compile_isolated`); ``False`` compiles in
+  this one (on ``devices`` when given), which then holds libtpu until it exits.
   """
   path = None
   if cache_dir is not None:
@@ -61,8 +114,11 @@ def compile_cached(config, target: Target, *, eval_step: bool = True, devices=No
         return json.loads(path.read_text()), True
       except (OSError, json.JSONDecodeError):
         pass  # a torn cache file is compiled again and rewritten
-  run = program_lib.compile_run(config, target, eval_step=eval_step, devices=devices)
-  rep = report_lib.summarize(run)
+  if isolate:
+    rep = compile_isolated(config, target, eval_step=eval_step)
+  else:
+    rep = report_lib.summarize(program_lib.compile_run(config, target, eval_step=eval_step,
+                                                       devices=devices))
   if path is not None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -111,18 +167,21 @@ def variants(config, target: Target) -> list:
 
 
 def search(config, target: Target, *, cache_dir: pathlib.Path | None = CACHE_DIR,
-           progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
+           progress: Callable[[int, int, dict], None] | None = None,
+           isolate: bool = True) -> list[dict]:
   """Compiles every variant's train step; returns rows ranked: fitting ones by roofline step time,
   then the rest by how far over HBM they are.
 
   Each row: {"remat", "mesh", "scan_layers", "fits", "total_bytes", "headroom_fraction",
   "step_s", "bound", "cached", "report"}.
   """
-  devices = topology_lib.compile_devices(target)
+  topology_lib.check_available(target)
+  devices = None if isolate else topology_lib.compile_devices(target)
   rows = []
   vs = variants(config, target)
   for i, c in enumerate(vs):
-    rep, cached = compile_cached(c, target, eval_step=False, devices=devices, cache_dir=cache_dir)
+    rep, cached = compile_cached(c, target, eval_step=False, devices=devices, cache_dir=cache_dir,
+                                 isolate=isolate)
     ro = rep.get("roofline") or {}
     rows.append({"remat": c.model.remat, "mesh": dict(rep["run"]["mesh"]),
                  "scan_layers": bool(c.model.scan_layers), "fits": rep["fits"],

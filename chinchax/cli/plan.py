@@ -90,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
                  help="--hours/--dollars: time the K best candidates and the FLOP-optimal shape "
                       "on this machine's devices and choose among them (default 0: trust the "
                       "step-time model)")
+  p.add_argument("--aot", action="store_true",
+                 help="compile the planned run for --hardware (TPU slice or GPU host, no "
+                      "accelerator needed: chinchax compile) and, when it does not fit, move it "
+                      "to the fastest layout (remat, mesh, scan_layers) that does")
   p.add_argument("--write-config", metavar="PATH", help="write an ml_collections config file")
   p.add_argument("--workdir", help="workdir of the written config (default runs/plan-N…-D…)")
   p.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -190,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
   plan = run(args)
+  if args.aot:
+    # Only --aot compiles (JAX, libtpu): a plan without it starts in well under a second.
+    from chinchax.aot import plancheck
+    plancheck.check_plan(plan, workdir=args.workdir, progress=lambda i, n, row: console.say(
+        f"chinchax plan --aot: [{i}/{n}] remat={row['remat']} mesh={row['mesh']}: "
+        f"{'fits' if row['fits'] else 'does not fit'}", stream=sys.stderr))
   if args.write_config:
     config_file.write_config(plan, args.write_config, args.workdir,
                              n_devices=plan.hardware.n_devices if plan.hardware else 1)
@@ -199,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(render.finite(plan.to_dict()), indent=2, allow_nan=False))
   else:
     print(render.format_plan(plan))
+    if plan.aot is not None:
+      print(plancheck.render_check(plan.aot))
     if args.write_config:
       print(f"  config         wrote {args.write_config}")
   return 0

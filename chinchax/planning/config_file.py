@@ -22,7 +22,9 @@ from chinchax.planning.planner import Plan
 
 # How the written file lays out each section's update(...) call: one line per group.
 _LAYOUT = {
-    "model": (("vocab_size", "d_model", "n_layers"), ("n_heads", "d_ff", "tie_embeddings")),
+    "model": (("vocab_size", "d_model", "n_layers"), ("n_heads", "d_ff", "tie_embeddings"),
+              ("remat", "scan_layers")),
+    "mesh": (("data", "fsdp", "tensor"),),
     "train": (("global_batch_size", "seq_len"), ("peak_lr", "warmup_steps"),
               ("eval_every", "checkpoint_every"), ("log_every",)),
     "budget": (("mode", "tokens", "n_kind"),),
@@ -45,6 +47,9 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
                     log_every=max(1, min(50, b.steps // 20))),
       "budget": dict(mode="tokens", tokens=plan.D, n_kind="total"),
   }
+  if plan.layout is not None:  # chinchax plan --aot moved the run to a layout that fits
+    sections["model"].update(remat=plan.layout["remat"], scan_layers=plan.layout["scan_layers"])
+    sections["mesh"] = dict(plan.layout["mesh"])
   return sections, cpu_devices, cpu_note
 
 
@@ -66,7 +71,9 @@ def _literal(value) -> str:
 
 def _update_call(name: str, values: dict) -> str:
   opening = f"  c.{name}.update("
-  groups = [", ".join(f"{k}={_literal(values[k])}" for k in group) for group in _LAYOUT[name]]
+  groups = [", ".join(f"{k}={_literal(values[k])}" for k in group if k in values)
+            for group in _LAYOUT[name]]
+  groups = [g for g in groups if g]
   return opening + (",\n" + " " * len(opening)).join(groups) + ")"
 
 

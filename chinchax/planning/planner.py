@@ -90,6 +90,10 @@ class Plan:
       measured step time and the model's relative error.
     calibration_factor: median measured / predicted step time, applied to
       the unmeasured candidates.
+    aot: ``--aot``: the planned run compiled for its hardware
+      (``chinchax.aot.plancheck``): fits, layouts, the compile report.
+    layout: ``--aot`` moved the run to this layout ({"remat", "scan_layers",
+      "mesh"}), which ``--write-config`` writes; None keeps the defaults.
   """
 
   mode: str
@@ -109,6 +113,8 @@ class Plan:
   startup_s: float = 0.0
   calibration: list | None = None
   calibration_factor: float | None = None
+  aot: dict | None = None
+  layout: dict | None = None
 
   @property
   def N(self) -> int:
@@ -164,6 +170,8 @@ class Plan:
         "step_time_model": self.step_time_model, "step_time_s": self.step_time_s,
         "seconds": self.seconds, "hours": None if self.seconds is None else self.seconds / 3600,
         "dollars": self.dollars,
+        "aot": None if self.aot is None else {k: v for k, v in self.aot.items() if k != "report"},
+        "layout": self.layout,
         "tokens_per_dollar": (self.D / self.dollars) if self.dollars else None,
         "candidates": self.candidates, "comparison": self.comparison,
         "dollar_curve": self.dollar_curve, "warnings": list(self.warnings),
