@@ -60,10 +60,29 @@ def _approach3_warnings(res, boot: BootstrapResult | None, scatter_sd: float | N
   return out
 
 
-def _bootstrap_warnings(boot: BootstrapResult | None) -> list[str]:
+def outside_interval(res, boot: BootstrapResult | None) -> str | None:
+  """When the fit's own exponent a lies outside its bootstrap interval (a sign that few
+  replicates were fitted, or that they fit something else): a short note with the interval and
+  the number of replicates fitted; else None."""
+  if boot is None or "a" not in boot.ci:
+    return None
+  a = res.params()["a"]
+  lo, hi = boot.ci["a"]
+  if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= a <= hi:
+    return None
+  n_ok = boot.n_resamples - boot.n_failed
+  return (f"a = {a:.4f} lies outside its own 95% interval [{lo:.4f}, {hi:.4f}], from "
+          f"{n_ok} of {boot.n_resamples} bootstrap replicates fitted")
+
+
+def _bootstrap_warnings(boot: BootstrapResult | None, res=None) -> list[str]:
   if boot is None:
     return []
   out = []
+  outside = outside_interval(res, boot) if res is not None else None
+  if outside:
+    out.append(f"the point estimate {outside}: the interval does not describe this fit; "
+               f"more resamples (--bootstrap) or a denser table would")
   if boot.n_failed:
     why = "; ".join(f"{n}x {msg}" for msg, n in sorted(boot.failures.items(),
                                                       key=lambda kv: -kv[1])[:3])
@@ -100,4 +119,4 @@ def approach_warnings(key: str, res, boot: BootstrapResult | None = None,
     out += res.warnings()
   elif key == "3":
     out += _approach3_warnings(res, boot, scatter_sd)
-  return out + _bootstrap_warnings(boot)
+  return out + _bootstrap_warnings(boot, res)

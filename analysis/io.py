@@ -76,6 +76,11 @@ def load_results(path: str, *, min_budgets: int = 3) -> Runs:
       value, a duplicated run, no finished runs, or fewer than ``min_budgets``
       budgets. The message names the file, line and column.
   """
+  if os.path.isdir(path):
+    inside = os.path.join(path, "results.jsonl")
+    hint = (f"give its table, {inside}" if os.path.isfile(inside) else
+            "give a results table: a ladder's results.jsonl or a CSV with N, loss and D or C")
+    raise ResultsError(f"results file {path!r} is a directory; {hint}")
   if not os.path.isfile(path):
     raise ResultsError(f"results file {path!r} does not exist")
   with open(path, newline="") as f:

@@ -21,6 +21,7 @@ from analysis import validation as validation_lib
 from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
 from analysis.approaches import APPROACHES, FitOptions
 from analysis.bootstrap import DEFAULT_METHOD, check_method
+from analysis.diagnostics import outside_interval
 from analysis.errors import FitError, FitOptionError
 from analysis.fit import FitReport, fit_all
 from analysis.io import load_results
@@ -131,7 +132,9 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     if k == "3":
       extra = (f"  E={p['E']:.4g} A={p['A']:.4g} B={p['B']:.4g} alpha={p['alpha']:.4g} "
                f"beta={p['beta']:.4g}")
-    say(f"approach {k}: a = {p['a']:.4f}{ci}{extra}")
+    outside = outside_interval(res, boot)
+    flag = f"  (outside its interval: {outside.split(', from ')[1]})" if outside else ""
+    say(f"approach {k}: a = {p['a']:.4f}{ci}{flag}{extra}")
   v = _validation_of(json_path)
   if v is not None and v["rel_error"] is not None:
     say(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "

@@ -323,7 +323,10 @@ def markdown(data: dict) -> str:
         for b in d["budgets"]:
           if b["status"] == "too-few-sizes" and len(few) > 5:
             continue
-          status = b["status"] + (f": {b['reason']}" if b["reason"] else "")
+          # A reason the Warnings section gives already is said there only.
+          said = b["reason"] and any(b["reason"] in m for m in d.get("warnings", ()))
+          status = b["status"] + (f": {b['reason']}" if b["reason"] and not said else
+                                  " (see Warnings)" if said else "")
           lines.append(f"| {_fmt(b['C'])} | {b['n_sizes']} | {_fmt(b['N_opt'])} | "
                        f"{_fmt(b['D_opt'])} | {_fmt(b['loss_opt'])} | {status} |")
         if len(few) > 5:

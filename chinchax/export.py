@@ -94,9 +94,13 @@ def load_run(workdir) -> dict:
   """The run's ``config.json`` (config, model signature, budget).
 
   Raises:
-    ExportError: no config.json (not a chinchax run directory).
+    ExportError: no such directory, or no config.json in it (not a chinchax run directory).
   """
   path = pathlib.Path(os.path.expanduser(str(workdir))) / "config.json"
+  if not path.parent.is_dir():
+    what = "is a file, not a run directory" if path.parent.exists() else "does not exist"
+    raise ExportError(f"run directory {str(workdir)!r} {what}; give the workdir of a chinchax "
+                      f"train run (it holds config.json and checkpoints/)")
   if not path.is_file():
     raise ExportError(f"{str(workdir)!r} is not a chinchax run: it has no config.json")
   return json.loads(path.read_text())
@@ -311,6 +315,18 @@ def _run_tokenizer(workdir: pathlib.Path, run: dict, tokenizer_path: str):
   return path, tok, tok.eos_id, tok.describe()
 
 
+def _apply_umask(directory: pathlib.Path) -> None:
+  """Gives ``directory`` and its files the modes a new directory and file get under the
+  process's umask (0o777 and 0o666 masked): safetensors writes its file 0o600, which would
+  leave a shared model directory unreadable to the group."""
+  mask = os.umask(0)
+  os.umask(mask)
+  directory.chmod(0o777 & ~mask)
+  for f in directory.iterdir():
+    if f.is_file():
+      f.chmod(0o666 & ~mask)
+
+
 def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = None,
            dtype: str = "float32", tokenizer_path: str = "", overwrite: bool = False,
            verify: bool = False) -> pathlib.Path:
@@ -380,6 +396,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
             "tokenizer": tok_info, "architecture": "LlamaForCausalLM",
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
+    _apply_umask(tmp)
     if out.exists():  # empty, or --overwrite
       shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)

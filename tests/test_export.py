@@ -103,7 +103,7 @@ def test_export_options_and_errors(bpe_run, tmp_path, capsys):
   assert str(t["model.embed_tokens.weight"].dtype) == "bfloat16"
   assert json.loads((path / "export_info.json").read_text())["step"] == 10
   for argv, needle in [
-      ([str(tmp_path / "nowhere")], "is not a chinchax run"),
+      ([str(tmp_path / "nowhere")], "run directory '" + str(tmp_path / "nowhere") + "' does not exist"),
       ([c.workdir, "--out", str(out)], "exists and is not empty"),
       ([c.workdir, "--format", "gguf", "--out", str(tmp_path / "x")], "--format 'gguf'"),
       ([c.workdir, "--step", "7", "--out", str(tmp_path / "x")], "no checkpoint at step 7"),
@@ -120,3 +120,21 @@ def test_export_options_and_errors(bpe_run, tmp_path, capsys):
   with pytest.raises(export.ExportError, match="has 600 ids but the checkpoint's model has vocab_size=512"):
     export.export(c.workdir, tmp_path / "y", tokenizer_path=str(tmp_path / "big.json"))
   assert not (tmp_path / "y").exists()
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
+def test_export_files_follow_the_users_umask(bpe_run, tmp_path, umask):
+  """A shared model directory: every exported file gets 0o666 & ~umask (safetensors alone writes
+  0o600), the directory 0o777 & ~umask, as `touch` and `mkdir` would give them."""
+  import os
+  import stat
+  c, _ = bpe_run
+  old = os.umask(umask)
+  try:
+    out = export.export(c.workdir, tmp_path / "shared")
+  finally:
+    os.umask(old)
+  modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()}
+  assert "model.safetensors" in modes and "tokenizer.json" in modes, modes
+  assert set(modes.values()) == {0o666 & ~umask}, {k: oct(v) for k, v in modes.items()}
+  assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask

@@ -15,7 +15,7 @@ import pathlib
 import jax
 import orbax.checkpoint as ocp
 
-from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, first_line,
+from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, read_failure,
                                            saved_steps, verify_sums)
 from chinchax.checkpoint.run_config import MODEL_KEYS, model_signature
 
@@ -153,7 +153,7 @@ def restore_init_source(src: InitSource, abstract_state, shardings):
     state = ocp.StandardCheckpointHandler().restore(
         src.directory / str(src.step) / "default", args=ocp.args.StandardRestore(target))
   except Exception as e:  # noqa: BLE001 — orbax / tensorstore: any read failure
-    raise CheckpointError(f"{where} is unreadable: {first_line(e)}") from None
+    raise CheckpointError(f"{where} is unreadable: {read_failure(e)}") from None
   sums_path = src.directory.with_name(src.directory.name + ".sums.json")
   try:
     sums = json.loads(sums_path.read_text()).get(str(src.step))

@@ -51,9 +51,55 @@ def verify_sums(saved: list[int] | None, state) -> None:
     raise Unusable("holds NaN/Inf values")
 
 
+_SPEC = re.compile(r"\s*\[[a-z_]+(?:\[\d+\])?='.*?'\]")  # TensorStore's [tensorstore_spec='{...}']
+_REPR = re.compile(r"<[^<>]*>")  # <bound method pybind11_...>, <object at 0x...>
+# TensorStore's status codes, in words.
+_STATUS_WORDS = {
+    "NOT_FOUND": "a file is missing", "DATA_LOSS": "its bytes fail their checksum (altered)",
+    "OUT_OF_RANGE": "a file is shorter than its index says (truncated)",
+    "INVALID_ARGUMENT": "its bytes cannot be decoded (damaged)",
+    "FAILED_PRECONDITION": "its files do not match each other (damaged)",
+    "PERMISSION_DENIED": "a file cannot be read (permissions)",
+}
+
+
+def _words(text: str) -> str:
+  """``text`` without TensorStore specs and object reprs, on one line."""
+  text = _REPR.sub("", _SPEC.sub("", text))
+  return " ".join(text.split())
+
+
 def first_line(e: Exception) -> str:
-  text = str(e).strip().splitlines()
-  return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+  """``Type: message`` of ``e`` in one line of at most 200 characters, without TensorStore's
+  spec dumps or object reprs."""
+  text = _words(str(e))
+  return f"{type(e).__name__}: {text[:200]}".rstrip(": ")
+
+
+def read_failure(e: Exception) -> str:
+  """Why an orbax / TensorStore read failed, in words: which array and which file, and why.
+
+  E.g. ``array opt_state/1/0/count: file .../d/ae0c... is truncated (1,018 of 3,056 bytes)``.
+  An error that names no array or file is :func:`first_line` without specs or reprs.
+  """
+  text = str(e)
+  arrays = re.findall(r'Error (?:reading|opening) "([A-Za-z0-9_.]+)/[^"]*" in OCDBT', text)
+  files = re.findall(r'local file "([^"]+)"', text)
+  code = re.match(r"\s*([A-Z_]{4,}):", text)
+  short = re.search(r"not valid for value of size (\d+)", text)
+  wanted = re.search(r"byte range \[\d+, (\d+)\)", text)
+  if short and wanted:
+    why = f"truncated ({int(short.group(1)):,} of {int(wanted.group(1)):,} bytes)"
+  elif code and code.group(1) in _STATUS_WORDS:
+    why = _STATUS_WORDS[code.group(1)]
+  else:
+    return first_line(e)
+  where = []
+  if arrays:
+    where.append(f"array {arrays[0].replace('.', '/')}")
+  if files:
+    where.append(f"file {files[-1]}")
+  return f"{', '.join(where) or 'the checkpoint'}: {why}"
 
 
 @jax.jit
@@ -104,7 +150,7 @@ def check_shapes(directory: pathlib.Path, step: int, abstract_state) -> None:
     # a step-level _CHECKPOINT_METADATA inside the item directory).
     meta = ocp.StandardCheckpointHandler().metadata(item_dir)
   except Exception as e:  # noqa: BLE001 — a damaged metadata file
-    raise Unusable(f"unreadable: its metadata: {type(e).__name__}") from None
+    raise Unusable(f"unreadable: its metadata: {read_failure(e)}") from None
   saved = shapes_by_path(getattr(meta, "item_metadata", meta))
   if not saved:
     raise Unusable("unreadable: its metadata lists no array")

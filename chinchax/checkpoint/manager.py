@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 from chinchax import console
 from chinchax import paths as paths_lib
 from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, first_line,
-                                           saved_steps, state_sums, verify_sums)
+                                           read_failure, saved_steps, state_sums, verify_sums)
 
 
 class Checkpointer:
@@ -121,7 +121,7 @@ class Checkpointer:
         try:
           state = self.manager.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # noqa: BLE001 — orbax / tensorstore: any read failure
-          raise Unusable(f"unreadable: {first_line(e)}") from None
+          raise Unusable(f"unreadable: {read_failure(e)}") from None
         self._verify(step, state)
       except Unusable as e:
         unusable.append((step, str(e)))

@@ -19,11 +19,14 @@ exits with status 130.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import sys
 
 from chinchax import console
 from chinchax import errors
+from chinchax.cli import helptext
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
 # chosen one is imported: `chinchax plan` and `chinchax fit` start without JAX, Flax or orbax.
@@ -31,7 +34,20 @@ VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "bench", "compil
 
 
 def _usage() -> str:
-  return __doc__.strip()
+  return helptext.plain(__doc__.strip()) + "\n\nEach verb's flags: chinchax VERB --help"
+
+
+def _verb_help(module, rest: list[str]) -> int:
+  """Runs ``module.main(rest)`` (a help flag among ``rest``) and prints what it printed as
+  plain text, with the module docstring's ``Example:`` block when that help has none."""
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    status = module.main(rest)
+  text = helptext.plain(out.getvalue().rstrip())
+  if "example" not in text.lower():
+    text += "\n\n" + helptext.example(module.__doc__)
+  print(text.rstrip())
+  return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     return errors.USER_ERROR_EXIT_CODE
   finished = False
   try:
-    status = importlib.import_module(f"chinchax.cli.{verb}").main(rest)
+    module = importlib.import_module(f"chinchax.cli.{verb}")
+    status = (_verb_help(module, rest) if any(a in helptext.HELP_FLAGS for a in rest)
+              else module.main(rest))
     finished = True
     sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
     return status

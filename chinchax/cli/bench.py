@@ -1,4 +1,8 @@
-"""``chinchax bench``: the throughput sweep of a bench config."""
+"""``chinchax bench``: the throughput sweep of a bench config.
+
+Example:
+  chinchax bench --config configs/bench.py:tiny --config.bench.timed_steps=10
+"""
 
 from __future__ import annotations
 

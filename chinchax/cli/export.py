@@ -1,34 +1,45 @@
-"""``chinchax export``: a trained run as HF Llama safetensors (front end of ``chinchax.export``)."""
+"""``chinchax export``: a trained run as HF Llama safetensors (front end of ``chinchax.export``).
+
+Writes model.safetensors, config.json (an HF LlamaForCausalLM) and, for BPE or
+HF tokenizers, tokenizer.json into --out, with the user's umask, loadable with
+transformers.AutoModelForCausalLM.from_pretrained(OUT).
+
+Example:
+  chinchax export runs/gutenberg --out runs/gutenberg/hf --dtype bfloat16 --verify
+"""
 
 from __future__ import annotations
 
-import argparse
-
 from chinchax import console
 from chinchax import export as export_lib
+from chinchax.cli import helptext
 
 
 def main(argv: list[str]) -> int:
-  """Exports the run; returns 0 (argparse's own usage errors exit 2).
+  """Exports the run; returns 0 (also for ``--help``).
 
   Raises:
+    UsageError: a flag that cannot be parsed (one line).
     ExportError, DataError: no run, checkpoint or tokenizer where the flags say,
       an existing ``--out`` without ``--overwrite``, a bad format or dtype.
   """
-  parser = argparse.ArgumentParser(prog="chinchax export",
-                                   description="Export a trained run as HF Llama safetensors.")
-  parser.add_argument("workdir", help="run directory (holds config.json and checkpoints/)")
+  parser = helptext.parser("export", __doc__)
+  parser.add_argument("workdir", metavar="WORKDIR",
+                      help="run directory (holds config.json and checkpoints/)")
   parser.add_argument("--format", default="safetensors", help="output format: safetensors")
-  parser.add_argument("--out", default="", help="output directory (default WORKDIR/export)")
-  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
-  parser.add_argument("--dtype", default="float32", help="float32 | bfloat16")
-  parser.add_argument("--tokenizer", default="", help="tokenizer.json to include")
+  parser.add_argument("--out", default="", metavar="DIR",
+                      help="output directory (default: WORKDIR/export)")
+  parser.add_argument("--step", type=int, default=None,
+                      help="checkpoint step (default: the latest)")
+  parser.add_argument("--dtype", default="float32", help="tensor dtype: float32 | bfloat16")
+  parser.add_argument("--tokenizer", default="", metavar="PATH",
+                      help="tokenizer.json to include (default: the run's own, if it has one)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
   parser.add_argument("--verify", action="store_true",
                       help="check a numpy forward of the export against chinchax's logits")
   try:
     args = parser.parse_args(argv)
-  except SystemExit as e:  # --help, or argparse's own usage error (exit 2)
+  except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
                           dtype=args.dtype, tokenizer_path=args.tokenizer,

@@ -1,11 +1,7 @@
 """``chinchax fit``: fit scaling laws to a results table (front end of ``analysis.pipeline``).
 
-    chinchax fit RESULTS [--approach 1|2|3|all] [--out DIR] [--bootstrap N] [--seed S]
-                         [--window K] [--loss huber|asymmetric] [--asymmetry F]
-                         [--huber-delta X] [--grid SPEC] [--bootstrap-method residuals|runs]
-                         [--envelope quadratic|argmin]
-
-RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
+Fits Chinchilla's Approaches 1-3 (Hoffmann et al. 2022) with bootstrap
+intervals. RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
 or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
 ``fit.json`` (every number; the Approach-3 law as E, A, B, alpha, beta),
 ``fit.md`` and the figures (PNG and SVG) into DIR. Warnings on the fit (biased
@@ -15,6 +11,9 @@ grid, ...) are printed as ``warning:`` lines and written into both files.
 Bad input, or an approach that the table cannot support when it was asked
 for explicitly, raises a ``UserError`` (``chinchax.cli.main``: one ``error:``
 line, exit 2).
+
+Example:
+  chinchax fit runs/ladder/results.jsonl --approach all --out runs/ladder/fit
 """
 
 from __future__ import annotations
@@ -30,21 +29,19 @@ from analysis.errors import FitOptionError
 from analysis.pipeline import DEFAULT_JOBS, fit_results
 from chinchax import console
 from chinchax import laws
+from chinchax.cli import helptext
 
 
 def build_parser() -> argparse.ArgumentParser:
   """The ``fit`` argument parser (argv starts with RESULTS)."""
-  p = argparse.ArgumentParser(
-      prog="chinchax fit",
-      description="Fit Chinchilla's Approaches 1-3 (Hoffmann et al. 2022) to a results table, "
-                  "with bootstrap intervals, figures and a report.")
+  p = helptext.parser("fit", __doc__)
   p.add_argument("results", metavar="RESULTS",
                  help="results table: ladder JSONL, or CSV with N, loss and D or C")
   p.add_argument("--approach", default="all", choices=("1", "2", "3", "all"),
                  help="approach to fit; 'all' skips (with a stated reason) those the table "
                       "cannot support, an explicit one that cannot run is an error")
   p.add_argument("--out", default=None, metavar="DIR",
-                 help="output directory (default: 'fit' beside RESULTS)")
+                 help="output directory (default: fit/ beside RESULTS)")
   p.add_argument("--bootstrap", type=int, default=200, metavar="N",
                  help="bootstrap resamples per approach (0 = no intervals)")
   p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -116,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   try:
     args = build_parser().parse_args(argv)
-  except SystemExit as e:  # --help, or argparse's own usage error (exit 2)
+  except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
   _check_counts(args)
   fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,

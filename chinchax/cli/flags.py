@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import ast
 import importlib.resources
+import importlib.util
 import os
 import pathlib
 import re
+import shlex
+import traceback
 
 from absl import flags
 from ml_collections import config_flags
 
+from chinchax import config as config_lib
 from chinchax import errors
+from chinchax.cli import helptext
+from chinchax.cli.helptext import UsageError
 
-HELP_FLAGS = ("-h", "--help", "-help", "--helpfull")
-
-
-class UsageError(errors.UserError):
-  """A command line that cannot be parsed: unknown key, wrong type, missing file, stray argument."""
+HELP_FLAGS = helptext.HELP_FLAGS
 
 
 def config_file(name: str) -> pathlib.Path:
@@ -31,11 +33,71 @@ def config_file(name: str) -> pathlib.Path:
   return pathlib.Path(str(importlib.resources.files("chinchax.configs").joinpath(name)))
 
 
-def _help_text(verb: str, default: pathlib.Path) -> str:
-  doc = (ast.get_docstring(ast.parse(default.read_text())) or "") if default.exists() else ""
-  return (f"usage: chinchax {verb} [--config {default.parent.name}/{default.name}:VARIANT] "
-          f"[--config.SECTION.KNOB=VALUE ...]\n\n{doc}\n\nEvery knob, its default and "
-          f"a one-line comment: chinchax/config.py. Default config file: {default}")
+def _config_arg(argv: list[str]) -> str | None:
+  """The value of ``--config`` / ``--config=`` in ``argv``, or None."""
+  for i, a in enumerate(argv):
+    if a.startswith("--config="):
+      return a.split("=", 1)[1]
+    if a == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def _load_variant(path: pathlib.Path, variant: str):
+  """``get_config(variant)`` of the config file at ``path`` (a fresh module each call)."""
+  spec = importlib.util.spec_from_file_location(f"_chinchax_help_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(variant)
+
+
+def _flat(node, prefix: str = ""):
+  """(dotted key, value) of every leaf of a ConfigDict, in its key order."""
+  for key, value in node.items():
+    if hasattr(value, "items"):
+      yield from _flat(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", value
+
+
+def knob_lines(config) -> list[str]:
+  """One line per knob of ``config``: ``key = default`` and the knob's one-line comment from
+  ``chinchax/config_defaults.py`` (a ladder or bench ``train_config.*`` knob: its training
+  knob's comment)."""
+  comments = config_lib.knob_comments()
+  rows = []
+  for key, value in _flat(config):
+    note = comments.get(key) or comments.get(key.removeprefix("train_config."))
+    if note is None and key.count(".") >= 2:  # bench models.NAME.d_model, sweeps.NAME.mesh
+      note = comments.get(key.split(".")[0])
+    rows.append((f"{key} = {value!r}", note or ""))
+  width = min(44, max(len(k) for k, _ in rows) + 2)
+  return [f"    {k:<{width}} {note}".rstrip() for k, note in rows]
+
+
+def _help_text(verb: str, default: pathlib.Path, argv: list[str]) -> str:
+  """``chinchax VERB --help`` of a config verb: usage, the config file's docstring, the flags,
+  and every knob of the chosen (or default) variant with its default and comment."""
+  given = _config_arg(argv)
+  path, _, variant = (given or f"{default}:default").partition(":")
+  path = pathlib.Path(path)
+  variant = variant or "default"
+  doc = (ast.get_docstring(ast.parse(path.read_text())) or "") if path.is_file() else ""
+  lines = [f"usage: chinchax {verb} [--config FILE[:VARIANT]] [--config.SECTION.KNOB=VALUE ...]",
+           "", helptext.plain(doc), "", "flags:",
+           f"  --config FILE[:VARIANT]    config file and named variant (default: "
+           f"{default}:default)",
+           "  --config.KEY=VALUE         set one knob (a ConfigDict key path), e.g. "
+           "--config.train.seq_len=256",
+           "  -h, --help                 this help", ""]
+  try:
+    config = _load_variant(path, variant)
+  except Exception as e:  # noqa: BLE001 — help still prints; the run itself reports the error
+    lines.append(f"(the knobs of {path}:{variant} could not be listed: {type(e).__name__}: {e})")
+    return "\n".join(lines)
+  lines.append(f"knobs of {path.name}:{variant}, each with its default (comments: "
+               f"chinchax/config_defaults.py):")
+  return "\n".join(lines + knob_lines(config))
 
 
 def _check_config_file_exists(argv: list[str], default: pathlib.Path) -> None:
@@ -67,7 +129,55 @@ def _one_line(e: Exception) -> str:
   lines = [l for l in (_unquote(l) for l in text.strip().splitlines()) if l]
   if len(lines) >= 2 and lines[-1].startswith("Did you mean"):
     lines = [f"unknown config key {lines[-2]!r}; {lines[-1][0].lower() + lines[-1][1:]}"]
-  line = lines[-1] if lines else type(e).__name__
+  return lines[-1] if lines else type(e).__name__
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+  """``e`` and the exceptions it was raised from or during, outermost first."""
+  out = []
+  while e is not None and e not in out:
+    out.append(e)
+    e = e.__cause__ or e.__context__
+  return out
+
+
+def _load_failure(e: Exception, path: pathlib.Path) -> str | None:
+  """A config file that failed to load, in one line naming the file and the line; or the
+  message of a chinchax error its ``get_config`` raised (an unknown variant); else None."""
+  chain = _chain(e)
+  ours = [x for x in chain if isinstance(x, errors.UserError)]
+  if ours:
+    return str(ours[-1]).strip()
+  for x in chain:
+    if isinstance(x, SyntaxError) and x.filename and pathlib.Path(x.filename).name == path.name:
+      return (f"config file {path} cannot be loaded: {x.msg} at line {x.lineno}"
+              + (f": {x.text.strip()}" if x.text and x.text.strip() else ""))
+  for x in reversed(chain):
+    frames = [f for f in traceback.extract_tb(x.__traceback__)
+              if pathlib.Path(f.filename).resolve() == path.resolve()]
+    if frames:
+      words = str(x).strip().splitlines()
+      return (f"config file {path} cannot be loaded: line {frames[-1].lineno} "
+              f"({(frames[-1].line or '').strip()}) raised {type(x).__name__}"
+              + (f": {words[-1]}" if words else ""))
+  return None
+
+
+def _requote(text: str, argv: list[str]) -> str | None:
+  """absl's one-line ``flag --NAME=VALUE: why`` with VALUE quoted as the user's shell needs it
+  (``'1 2'``), or None when ``text`` is not that message."""
+  m = re.match(r"flag (--[A-Za-z0-9_.]+)=", text)
+  if not m or "\n" in text.strip():
+    return None
+  name = m.group(1)
+  for a in argv:
+    head_value = a[len(name) + 1:] if a.startswith(name + "=") else None
+    if head_value is not None and text.startswith(f"flag {name}={head_value}: "):
+      return f"{name}={shlex.quote(head_value)}: {text[len(f'flag {name}={head_value}: '):]}"
+  return None
+
+
+def _boolean_in_words(line: str) -> str:
   return re.sub(r"\('Non-boolean argument to boolean flag', '(.*)'\)",
                 r"'\1' is not a boolean; use True or False", line)
 
@@ -91,7 +201,7 @@ def _unknown_key(argv: list[str], default: pathlib.Path, verb: str, key: str) ->
       where = f"section {'.'.join(parts[:i])!r}" if i else "the config"
       known = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "none: it is a value"
       return (f"unknown config key {paths[0]!r}: {where} has no key {part!r}; its keys: {known} "
-              f"(every knob with its comment: chinchax/config.py)")
+              f"(every knob with its comment: chinchax/config_defaults.py)")
     node = node[part]
   return None
 
@@ -110,7 +220,7 @@ def parse_config(argv: list[str], default: pathlib.Path, verb: str):
     UsageError: unknown key, wrong type, missing file, unknown variant, stray argument.
   """
   if any(a in HELP_FLAGS for a in argv):
-    print(_help_text(verb, default))
+    print(_help_text(verb, default, argv))
     return None
   _check_config_file_exists(argv, default)
   fv = flags.FlagValues()
@@ -122,7 +232,11 @@ def parse_config(argv: list[str], default: pathlib.Path, verb: str):
     rest = fv(full_argv)
     config = fv.config
   except Exception as e:  # noqa: BLE001 — any parse failure is the user's input
-    line = _one_line(e)
+    path = pathlib.Path((_config_arg(argv) or str(default)).split(":", 1)[0])
+    loaded = _load_failure(e, path)
+    if loaded is not None:
+      raise UsageError(loaded) from None
+    line = _boolean_in_words(_requote(str(e), argv) or _one_line(e))
     raise UsageError(_unknown_key(argv, default, verb, line) or line) from None
   if len(rest) > 1:
     raise UsageError(f"unexpected argument(s) {' '.join(rest[1:])!r}; options look like "

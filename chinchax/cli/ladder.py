@@ -5,7 +5,11 @@
 One process by default; ``--config.ladder.workers=K`` starts K local workers;
 ``--config.ladder.worker=True`` makes this process one of many workers sharing
 the workdir (SLURM arrays, TPU VMs, GKE: ``launch/*_ladder*``);
-``--config.ladder.status=True`` prints each run's state and exits.
+``--config.ladder.status=True`` prints each run's state and exits, writing nothing.
+
+Example:
+  chinchax ladder --config configs/ladder.py:tiny --config.workdir=runs/ladder-tiny
+  chinchax ladder --config.ladder.status=True
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def main(argv: list[str]) -> int:
   worker_devices = (jax.devices()[:n_cpu] if local_workers and n_cpu
                     and jax.default_backend() == "cpu" else None)
   if lc.status:
-    plan = ladder_lib.prepare(config, worker_devices, check_data=False)
+    plan = ladder_lib.prepare(config, worker_devices, check_data=False, write=False)
     ladder_lib.describe(plan)
     console.say(ladder_lib.finish_line(plan))
     return 0

@@ -1,11 +1,16 @@
-"""``chinchax plan``: the command line of the planner (argparse front end).
+"""``chinchax plan``: a FLOP, wall-clock or dollar budget as a compute-optimal run.
 
-Parses the flags, checks them, builds the law, hardware and step-time model,
-calls :mod:`chinchax.planning.planner` and prints the plan (a table, or JSON
-with ``--json``) and optionally writes the config file
-(:mod:`chinchax.planning.config_file`). Bad input raises a ``UserError``
-(``PlanError``, ``HardwareError``, ``StepTimeError``) before anything is
-written: ``chinchax.cli.main`` prints it as one ``error:`` line, exit 2.
+One of --flops, --hours or --dollars is the budget (--hours and --dollars need
+--hardware). The plan (model shape, tokens, batch, steps, learning rate,
+predicted loss) is printed as a table, or JSON with --json; --write-config
+writes it as a config file that chinchax train trains exactly. A budget below
+one step of the smallest shape is refused, naming the smallest that works;
+a plan whose FLOPs land more than 10% off the budget says so. Bad input is one
+error line (exit 2) before anything is written.
+
+Example:
+  chinchax plan --flops 1e21 --law chinchilla-approach1
+  chinchax plan --hours 48 --hardware v5p-128 --write-config configs/planned.py
 """
 
 from __future__ import annotations
@@ -19,17 +24,11 @@ import sys
 from chinchax import console
 from chinchax import hardware as hardware_lib
 from chinchax import step_time as step_time_lib
+from chinchax.cli import helptext
 from chinchax.planning import config_file
 from chinchax.planning import planner
 from chinchax.planning import render
 from chinchax.planning.errors import PlanError
-
-
-class _Parser(argparse.ArgumentParser):
-  """argparse that raises :class:`PlanError` (one line, exit code 2) instead of printing usage."""
-
-  def error(self, message):
-    raise PlanError(f"{message} (see chinchax plan --help)")
 
 
 _NUMERIC_FLAGS = ("--flops", "--hours", "--dollars", "--vocab-size", "--seq-len", "--mfu",
@@ -56,35 +55,33 @@ def _join_negative_numbers(argv: list[str]) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-  p = _Parser(
-      prog="chinchax plan",
-      description="Turn a FLOP, wall-clock or dollar budget into a compute-optimal model shape, "
-                  "token count, batch, steps, predicted loss and (optionally) a config file.")
+  p = helptext.parser("plan", __doc__)
   g = p.add_mutually_exclusive_group(required=True)
-  g.add_argument("--flops", type=float, help="FLOP budget C (C = 6ND)")
+  g.add_argument("--flops", type=float, help="FLOP budget C, FLOPs (C = 6ND)")
   g.add_argument("--hours", type=float, help="wall-clock budget in hours (needs --hardware)")
-  g.add_argument("--dollars", type=float, help="dollar budget (needs --hardware with a price)")
-  p.add_argument("--hardware", help="devices, e.g. v5p-128, v5e-16, h100x8, 8xa100-80gb, cpu")
+  g.add_argument("--dollars", type=float, help="dollar budget, US$ (needs --hardware with a price)")
+  p.add_argument("--hardware", help="devices, e.g. v5p-128, v5e-16, h100x8, 8xa100-80gb, cpu "
+                                    "(default: none; --flops then plans without time or cost)")
   p.add_argument("--law", default=planner.DEFAULT_LAW,
                  help="published law (chinchilla-approach1, chinchilla-approach2, "
                       "chinchilla-approach3, chinchilla-approach3-unrounded, epoch) or a fit JSON "
                       f"path (default: {planner.DEFAULT_LAW})")
   p.add_argument("--vocab-size", type=int, default=257,
-                 help="vocabulary size (default 257: chinchax's byte tokenizer)")
+                 help="vocabulary size, tokens (default 257: chinchax's byte tokenizer)")
   p.add_argument("--seq-len", type=int, default=None,
                  help=f"tokens per sequence (default {planner.DEFAULT_SEQ_LEN_ACCELERATOR} on "
                       f"accelerators, {planner.DEFAULT_SEQ_LEN_CPU} on CPU)")
   p.add_argument("--step-time-model", metavar="PATH",
                  help="measured step-time JSON (format: chinchax.step_time module "
-                      "docstring); "
-                      "default: analytic roofline")
+                      "docstring) (default: the analytic roofline of --hardware)")
   p.add_argument("--mfu", type=float, default=step_time_lib.DEFAULT_MFU,
-                 help="roofline compute efficiency (default %(default)s)")
+                 help="roofline compute efficiency, a fraction of peak FLOP/s in (0, 1] "
+                      "(default %(default)s)")
   p.add_argument("--bandwidth-efficiency", type=float,
                  default=step_time_lib.DEFAULT_BANDWIDTH_EFFICIENCY,
-                 help="roofline fraction of peak HBM bandwidth (default %(default)s)")
+                 help="roofline fraction of peak HBM bandwidth, in (0, 1] (default %(default)s)")
   p.add_argument("--hardware-table", metavar="PATH",
-                 help="accelerator/price table JSON (default chinchax/hardware_prices.json)")
+                 help="accelerator/price table JSON (default: chinchax/hardware_prices.json)")
   p.add_argument("--candidates", type=int, default=5, help="candidate shapes to list")
   p.add_argument("--calibrate", type=int, default=0, metavar="K",
                  help="--hours/--dollars: time the K best candidates and the FLOP-optimal shape "
@@ -93,9 +90,10 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--aot", action="store_true",
                  help="compile the planned run for --hardware (TPU slice or GPU host, no "
                       "accelerator needed: chinchax compile) and, when it does not fit, move it "
-                      "to the fastest layout (remat, mesh, scan_layers) that does")
-  p.add_argument("--write-config", metavar="PATH", help="write an ml_collections config file")
-  p.add_argument("--workdir", help="workdir of the written config (default runs/plan-N…-D…)")
+                      "to the fastest layout (remat, mesh, scan_layers) that does (default: off)")
+  p.add_argument("--write-config", metavar="PATH",
+                 help="write the plan as an ml_collections config file (default: none written)")
+  p.add_argument("--workdir", help="workdir of the written config (default: runs/plan-N…-D…)")
   p.add_argument("--json", action="store_true", help="print JSON instead of the table")
   return p
 

@@ -1,4 +1,9 @@
-"""``chinchax prepare``: builds (or resumes) the token store of ``config.data``."""
+"""``chinchax prepare``: builds (or resumes) the token store of ``config.data``.
+
+Example:
+  chinchax prepare --config.data.source=files --config.data.paths='corpus/*.txt' \\
+    --config.data.tokenizer=bpe --config.data.bpe_vocab_size=8192
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""``chinchax train``: one training run from a config file and dotted overrides."""
+"""``chinchax train``: one training run from a config file and dotted overrides.
+
+Example:
+  chinchax train --config configs/train.py:tiny --config.workdir=runs/tiny
+  chinchax train --config.data.source=files --config.data.paths='corpus/*.txt'
+"""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
   t0 = time.perf_counter()
   info = sources_lib.scan(source)
   if not info.nonempty:
-    raise sources_lib.DataError(f"corpus {source.describe()} has no non-empty document "
+    raise sources_lib.DataError(f"corpus {source.in_words()} has no non-empty document "
                                 f"({info.documents} documents read)")
   fp = info.fingerprint
   if on_scan is not None:

@@ -96,6 +96,10 @@ class StdlibSource:
   def describe(self) -> dict:
     return {"kind": "stdlib", "root": str(self.root), "files": len(self.files)}
 
+  def in_words(self) -> str:
+    """The corpus for a message: "the standard library's .py files under ROOT (N files)"."""
+    return f"the standard library's .py files under {self.root} ({len(self.files):,} files)"
+
   def __iter__(self) -> Iterator[tuple[str, bytes]]:
     for f in self.files:
       yield str(f.relative_to(self.root)), f.read_bytes()
@@ -168,6 +172,12 @@ class FileSource:
   def describe(self) -> dict:
     return {"kind": "files", "files": [str(f) for f in self.files], "text_field": self.text_field,
             "txt_documents": self.txt_documents}
+
+  def in_words(self) -> str:
+    """The corpus for a message: its files by name (the first 3, then how many more)."""
+    names = ", ".join(str(f) for f in self.files[:3])
+    more = f" and {len(self.files) - 3:,} more" if len(self.files) > 3 else ""
+    return f"of {len(self.files):,} file(s) {names}{more}"
 
   def _parse_line(self, f, lineno: int, line: bytes) -> bytes:
     try:
@@ -266,6 +276,12 @@ class HFSource:
   def describe(self) -> dict:
     return {"kind": "hf", "name": self.dataset_name, "config": self.config_name,
             "split": self.split, "text_field": self.text_field, "streaming": self.streaming}
+
+  def in_words(self) -> str:
+    """The corpus for a message: the dataset, its split and the text field."""
+    config = f" ({self.config_name})" if self.config_name else ""
+    return (f"HF dataset {self.dataset_name}{config}, split {self.split!r}, field "
+            f"{self.text_field!r}")
 
   def __iter__(self) -> Iterator[tuple[str, bytes]]:
     row = 0

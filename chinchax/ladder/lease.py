@@ -90,8 +90,7 @@ class Leases:
 
   def __init__(self, directory: pathlib.Path, owner: str, expiry_s: float,
                clock=time.monotonic):
-    self.dir = pathlib.Path(directory)
-    self.dir.mkdir(parents=True, exist_ok=True)
+    self.dir = pathlib.Path(directory)  # created by the first claim: a query writes nothing
     self.owner, self.expiry_s, self.clock = owner, expiry_s, clock
     self._gen: dict[str, int] = {}                      # highest generation seen per run
     self._seen: dict[str, tuple[int, str, float]] = {}  # run -> (gen, content, first seen at)
@@ -140,6 +139,7 @@ class Leases:
       return None
     g = self._gen[run_id] + 1
     lease = Lease(self._path(run_id, g), run_id, g, self.owner, before=(state, content))
+    self.dir.mkdir(parents=True, exist_ok=True)
     made = files.create_exclusive(lease.path, lease.content())
     self._gen[run_id] = g
     return lease if made else None

@@ -86,10 +86,12 @@ class LadderPlan:
                             self.config.ladder.lease_expiry_s)
 
 
-def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
+def prepare(config, devices=None, check_data: bool = True, write: bool = True) -> LadderPlan:
   """Validates the ladder, plans its runs and (``check_data``) checks the corpus up front.
 
-  Writes ``grid.json`` (the run ids) into the workdir.
+  With ``write`` (a ladder that will run), creates the workdir and writes
+  ``grid.json`` (the run ids) into it; without (``ladder.status``, a read-only
+  query), writes nothing.
 
   Raises:
     ConfigError: invalid ladder or training config, a run shorter than
@@ -119,8 +121,9 @@ def prepare(config, devices=None, check_data: bool = True) -> LadderPlan:
   plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, wsd_plans)
   if check_data:
     check_corpus(plan, runs)
-  workdir.mkdir(parents=True, exist_ok=True)
-  files.write_atomic(workdir / GRID_FILE, json.dumps([r.run_id for r in runs]))
+  if write:
+    workdir.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(workdir / GRID_FILE, json.dumps([r.run_id for r in runs]))
   return plan
 
 

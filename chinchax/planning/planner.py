@@ -47,6 +47,7 @@ from chinchax import hardware as hardware_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
 from chinchax.planning import calibrate as calibrate_lib
+from chinchax.planning import reach
 from chinchax.planning import shapes as shapes_lib
 from chinchax import step_time as step_time_lib
 from chinchax.planning import timed
@@ -233,7 +234,8 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
     The :class:`Plan`; its N is the chosen shape's exact N and D = C / (6·N)
     rounded to whole steps.
   Raises:
-    PlanError: bad budget or law.
+    PlanError: bad budget or law; a budget below one step of the chosen shape
+      (``reach.check_one_step``: the message names the smallest budget that works).
   """
   C = check_budget(C, "--flops")
   law = load_law(law)
@@ -245,12 +247,14 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
                        shapes_lib.ASPECT_RATIO_TARGET))
   chosen = cands[0]
   multiple = hardware.n_devices if hardware else 1
+  reach.check_one_step(C, chosen, seq_len * multiple, vocab_size, seq_len, accelerator)
   batch = batch_lib.plan_batch(C / (6.0 * chosen.N), N=chosen.N, seq_len=seq_len, C=C,
                                batch_multiple=multiple)
   plan = Plan(mode="flops", budget={"flops": C}, law=law, allocation=alloc, chosen=chosen,
               batch=batch, predicted_loss=allocate_lib.law_loss(law, chosen.N, batch.tokens),
               hardware=hardware, candidates=[c.to_dict() for c in cands],
               warnings=list(alloc.warnings))
+  plan.warnings.extend(reach.budget_warnings(plan, C))
   if hardware is not None:
     model = step_time_model or step_time_lib.RooflineStepTime(hardware)
     plan.step_time_model = step_time_lib.describe_model(model)

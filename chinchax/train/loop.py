@@ -67,7 +67,7 @@ def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainP
 
 
 def _run_steps(config, program, data: RunData, state, start_step: int,
-               ckpt: checkpoint_lib.Checkpointer, log: StepLog, say, evaluate: Evaluator):
+               ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate: Evaluator):
   """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
 
   Raises:
@@ -104,8 +104,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       log.flush()
       if ckpt.latest_step() != done:
         _save(config, log, ckpt, done, state, force=True)
-      _shut_down(ckpt, log)
-      say(f"preempted at step {done}: checkpoint saved in {ckpt.directory}")
+      _shut_down(ckpt, log)  # the command line reports it once, from the exception
       raise distributed_lib.Preempted(done, str(ckpt.directory.parent))
   _shut_down(ckpt, log)
   return state
@@ -255,7 +254,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   log = StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary), bar,
                  budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step, peak_total)
   evaluate = Evaluator(program, data, config.train.curve_eval_windows)
-  state = _run_steps(config, program, data, state, start_step, ckpt, log, say, evaluate)
+  state = _run_steps(config, program, data, state, start_step, ckpt, log, evaluate)
 
   if math.isnan(log.eval_loss):
     log.eval_loss, log.eval_loss_se = evaluate(state["params"])

@@ -39,7 +39,7 @@ def summarize(workdir: pathlib.Path, spec, data: RunData, log: StepLog, *, final
       "final_eval_bits_per_byte": data.val_bits_per_byte(eval_loss),
       "val_unigram_entropy_nats": unigram,
       "val_unigram_entropy_bits_per_byte": data.val_bits_per_byte(unigram),
-      "eval_below_unigram": 1.0 - eval_loss / unigram,
+      **unigram_gap(eval_loss, unigram),
       "step_time_s": step_time,
       "tokens_per_s": spec.tokens_per_step / step_time if timed else float("nan"),
       "mfu": log.flops_per_step / step_time / log.peak_total if timed else float("nan"),
@@ -50,6 +50,21 @@ def summarize(workdir: pathlib.Path, spec, data: RunData, log: StepLog, *, final
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
   }
+
+
+def unigram_gap(eval_loss: float, unigram: float) -> dict[str, float]:
+  """How far the eval loss lies below or above the validation split's unigram entropy.
+
+  Both are fractions of the unigram entropy (the losses in nats/token). ``eval_below_unigram`` = max(0, 1 − eval_loss / unigram): the
+  fraction of the unigram entropy the model has learned to save (0.25: a quarter below
+  it; 0 while it is not below). ``eval_above_unigram`` = max(0, eval_loss / unigram − 1):
+  how much worse than a unigram model it still is (an early or diverged run). At most one
+  of them is non-zero; both are NaN when the eval loss is.
+  """
+  r = eval_loss / unigram
+  if not math.isfinite(r):
+    return {"eval_below_unigram": float("nan"), "eval_above_unigram": float("nan")}
+  return {"eval_below_unigram": max(0.0, 1.0 - r), "eval_above_unigram": max(0.0, r - 1.0)}
 
 
 def json_float(x: float | None) -> float | None:
@@ -83,8 +98,8 @@ def report(s: dict, spec, say) -> None:
       f"bits/byte")
   say(f"        val unigram entropy {s['val_unigram_entropy_nats']:.4f} nats/token = "
       f"{s['val_unigram_entropy_bits_per_byte']:.3f} bits/byte; eval loss is "
-      f"{100 * abs(s['eval_below_unigram']):.1f}% "
-      f"{'below' if s['eval_below_unigram'] >= 0 else 'above'} it")
+      + (f"{100 * s['eval_above_unigram']:.1f}% above it (not yet better than a unigram model)"
+         if s["eval_above_unigram"] > 0 else f"{100 * s['eval_below_unigram']:.1f}% below it"))
   say(f"speed   {s['tokens_per_s']:,.0f} tokens/s, {s['step_time_s'] * 1e3:.1f} ms/step, MFU "
       f"{100 * s['mfu']:.2f}% (peak {s['peak_flops']:.3g} FLOP/s: {s['peak_flops_source']}); "
       f"wall {s['wall_s']:.1f}s")
