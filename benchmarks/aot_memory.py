@@ -114,8 +114,12 @@ def main(argv: list[str]) -> int:
            "xla_over_analytic_flops_per_layer": rep.get("xla_over_analytic_flops"),
            "collectives": {k: (col.get(k, {}).get("operand_bytes"), pred.get(k))
                            for k in ("all-gather", "reduce-scatter", "all-reduce")},
-           "compile_s": time.perf_counter() - t0, "notes": rep["notes"]}
+           "compile_s": time.perf_counter() - t0, "notes": rep["notes"],
+           "xla_memory": t["memory"], "analytic_memory": rep["analytic"]["memory"]}
     results.append(row)
+    if args:  # after every row: a long run keeps what it measured
+      with open(args[0], "w") as f:
+        json.dump(results, f, indent=2, default=float)
     fl = row["xla_over_analytic_flops_per_layer"]
     print(f"{shape:>5} {spec:>8} {row['mesh']:>7} {remat:>5} batch {gbs}x{seq}: XLA "
           f"{(xla or 0) / 1e9:7.2f} GB ({'fits' if rep['fits'] else 'OOM'}), analytic "
@@ -125,9 +129,6 @@ def main(argv: list[str]) -> int:
           + "; ".join(f"{k} {(v[0] or 0) / 1e9:.3f} vs {(v[1] or 0) / 1e9:.3f} GB"
                       for k, v in row["collectives"].items())
           + f"; compile {row['compile_s']:.1f} s", flush=True)
-  if args:
-    with open(args[0], "w") as f:
-      json.dump(results, f, indent=2, default=float)
   return 0
 
 
