@@ -132,29 +132,29 @@ class MemoryEstimate:
   """Analytic peak memory of a train step per device, bytes, by part.
 
   Attributes:
-    state: float32 parameters, gradients and AdamW m, v (16 bytes per parameter)
-      over the devices that shard them (fsdp × tensor).
+    state: float32 parameters and AdamW m, v (the step's arguments) and the float32
+      gradients: 16 bytes per parameter over the devices that shard them (fsdp × tensor).
     gathered_weights: the compute-dtype copy of the weights in use: all of them
       without FSDP; with FSDP, the layers whose gathered weights stay live (all of
       them without remat, one layer with remat).
-    activations: what the backward keeps of every layer, for the device's share
-      of the batch (see :func:`mesh_memory_per_device`).
-    logits: float32 logits and their gradient over the device's tokens
-      (vocab split over tensor).
+    activations: what the backward keeps of every layer for the device's tokens.
+    working: the larger of the two phases that do not overlap: the loss (float32
+      logits of the device's tokens, vocab over tensor) and one layer's backward
+      (its forward tensors, recomputed under remat, and their gradients).
   """
 
   state: float
   gathered_weights: float
   activations: float
-  logits: float
+  working: float
 
   @property
   def total(self) -> float:
-    return self.state + self.gathered_weights + self.activations + self.logits
+    return self.state + self.gathered_weights + self.activations + self.working
 
   def to_dict(self) -> dict:
     return {"state": self.state, "gathered_weights": self.gathered_weights,
-            "activations": self.activations, "logits": self.logits, "total": self.total}
+            "activations": self.activations, "working": self.working, "total": self.total}
 
 
 def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
@@ -166,12 +166,20 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   Sec. 4.1, for this block without dropout) with chinchax's sharding rules
   (``chinchax.sharding``): the batch splits over data × fsdp, parameters and
   optimizer state over fsdp (their embed axis) and tensor (heads, MLP hidden,
-  vocab), activations of heads and MLP hidden over tensor. Remat
-  (``model.remat``) changes what the backward keeps per layer and token:
-  ``none`` every tensor of :func:`bytes_per_step`'s list; ``dots`` the matmul
-  outputs (q, k, v, attention output, gate, up: 4·n_heads·head_dim + 2·d_ff)
-  and the block input; ``full`` the block input alone (d_model), plus one
-  layer's full set while it is recomputed.
+  vocab), activations of heads and MLP hidden over tensor. One layer's forward
+  tensors per token are 4·d_model + (4·n_heads·head_dim + 3·d_ff) / tensor
+  elements in the compute dtype plus, for materialised attention, n_heads·seq_len
+  / tensor float32 probabilities. The backward keeps (``model.remat``): ``none``
+  every layer's forward tensors; ``dots`` each layer's input and matmul outputs
+  (d_model + (4·n_heads·head_dim + 2·d_ff) / tensor); ``full`` each layer's input.
+  With tensor > 1 each layer's input is held twice (as the previous layer's
+  all-reduced output and as the next one's saved input): one more d_model per
+  layer and token, calibrated on the tensor-parallel rows of
+  ``benchmarks/aot_memory.py``. The loss phase (float32 logits, 4 bytes per token
+  and vocab entry over tensor) and a layer's backward (its forward tensors,
+  recomputed under remat, and their gradients) do not overlap; the larger counts.
+  Checked against XLA's compiled memory in ``benchmarks/aot_memory.py`` (README
+  table: within 15% on 7 of its 10 rows, the others explained there).
 
   Raises:
     StepTimeError: an unknown remat policy or a mesh axis < 1.
@@ -184,21 +192,24 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   n = budget.param_counts(shape).total
   tokens = global_batch_size * shape.seq_len / (data * fsdp)
   a = profile.activation_bytes
-  split = 4 * shape.n_heads * shape.head_dim + 3 * shape.d_ff  # heads and MLP hidden: over tensor
-  attn = shape.n_heads * shape.seq_len if profile.materialized_attention else 0
-  full_layer = 4 * shape.d_model + (split + attn) / tensor
+  hk = shape.n_heads * shape.head_dim
+  probs = 4 * shape.n_heads * shape.seq_len / tensor if profile.materialized_attention else 0
+  layer = a * (4 * shape.d_model + (4 * hk + 3 * shape.d_ff) / tensor) + probs
   if remat == "none":
-    per_token = shape.n_layers * full_layer
+    saved, backward = layer, layer
   elif remat == "dots":
-    per_token = shape.n_layers * (shape.d_model + (4 * shape.n_heads * shape.head_dim
-                                                   + 2 * shape.d_ff) / tensor) + full_layer
+    saved, backward = a * (shape.d_model + (4 * hk + 2 * shape.d_ff) / tensor), 2 * layer
   else:
-    per_token = shape.n_layers * shape.d_model + full_layer
+    saved, backward = a * shape.d_model, 2 * layer
+  if tensor > 1:
+    saved += a * shape.d_model
   layer_weights = budget.layer_matmul_params(shape)
   live_layers = shape.n_layers if remat == "none" or fsdp == 1 else 1
   embed = n - shape.n_layers * layer_weights
   gathered = a * (live_layers * layer_weights + embed) / tensor if fsdp > 1 else \
       a * n / tensor
+  loss = 4 * shape.vocab_size / tensor
   return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
-                        gathered_weights=gathered, activations=tokens * a * per_token,
-                        logits=tokens * 8 * shape.vocab_size / tensor)
+                        gathered_weights=gathered,
+                        activations=tokens * shape.n_layers * saved,
+                        working=tokens * max(loss, backward))

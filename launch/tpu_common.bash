@@ -1,6 +1,6 @@
 # gcloud steps for Cloud TPU VMs, sourced by launch/tpu_pod.sh and launch/tpu_ladder.sh.
 # They read the caller's settings: dry_run (1: print the commands), where (--zone/--project
-# flags), accel, version, spot and dir; tpu_pack sets archive.
+# flags), accel, version, spot, dir and skip_compile; tpu_pack sets archive.
 # shellcheck disable=SC2154  # the settings come from the sourcing script
 
 # Runs a command, or prints it (`+ cmd args`, shell-quoted) under --dry-run.
@@ -9,6 +9,32 @@ tpu_run() {
     printf '+'; printf ' %q' "$@"; printf '\n'
   else
     "$@"
+  fi
+}
+
+# tpu_precompile [FLAGS...]: before anything is created, compiles the run for $accel with
+# `chinchax compile --topology $accel --no-eval --require-fit FLAGS` (here, no TPU needed;
+# $CHINCHAX names the binary) and exits with its status when the program does not fit or does
+# not compile. skip_compile=1 skips it; under --dry-run it is printed.
+tpu_precompile() {
+  if ((skip_compile)); then return 0; fi
+  if [[ -z "$accel" ]]; then
+    echo "error: the pre-launch compile needs --accelerator-type (e.g. v5p-32), or pass" \
+         "--skip-compile" >&2
+    exit 2
+  fi
+  local cmd=("${CHINCHAX:-chinchax}" compile --topology "$accel" --no-eval --require-fit "$@")
+  if ((dry_run)); then
+    echo "+ ${cmd[*]}"
+    return 0
+  fi
+  echo "compiling the run for $accel before launching (--skip-compile to skip)" >&2
+  local status=0
+  "${cmd[@]}" || status=$?
+  if ((status != 0)); then
+    echo "error: chinchax compile for $accel stopped the launch (exit status $status);" \
+         "nothing was created or started" >&2
+    exit "$status"
   fi
 }
 

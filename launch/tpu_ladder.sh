@@ -20,6 +20,9 @@
 #   --setup                  make DIR/.venv and pip install -e "DIR[tpu]" on every VM
 #   --dir DIR                code directory on the VMs (default: chinchax, under $HOME)
 #   --dry-run                print the gcloud commands instead of running them
+#   --skip-compile           do not compile the ladder's largest run for the VMs first: by default
+#                            `chinchax compile --ladder --topology TYPE` (here, no TPU needed) stops
+#                            the launch before anything is created when it does not fit (exit 3)
 #
 # Each VM starts, detached (nohup, log in DIR/ladder-worker.log), a loop around
 # `chinchax ladder --config.ladder.worker=True FLAGS` that starts the worker again after a
@@ -39,7 +42,7 @@ set -euo pipefail
 usage() { awk 'NR == 1 || /^#SBATCH/ {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; }
 
 name="" zone="" project="" accel="" version="tpu-ubuntu2204-base" dir="chinchax" count=1
-create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0
+create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0 skip_compile=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -56,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --sync) sync=1; shift ;;
     --setup) setup=1; shift ;;
     --dry-run) dry_run=1; shift ;;
+    --skip-compile) skip_compile=1; shift ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -77,6 +81,8 @@ where=(--zone="$zone")
 if [[ -n "$project" ]]; then where+=(--project="$project"); fi
 # shellcheck source=launch/tpu_common.bash
 source "$(dirname "${BASH_SOURCE[0]}")/tpu_common.bash"
+
+tpu_precompile --ladder "$@"
 
 vms=()
 for ((i = 0; i < count; i++)); do vms+=("$name-$i"); done

@@ -71,32 +71,13 @@ if [[ $((create + queued)) -gt 0 && -z "$accel" ]]; then
   exit 2
 fi
 
-if ((!skip_compile)); then
-  if [[ -z "$accel" ]]; then
-    echo "error: the pre-launch compile needs --accelerator-type (e.g. v5p-32), or pass" \
-         "--skip-compile" >&2
-    exit 2
-  fi
-  compile=("${CHINCHAX:-chinchax}" compile --topology "$accel" --no-eval --require-fit "$@")
-  if ((dry_run)); then
-    echo "+ ${compile[*]}"
-  else
-    echo "compiling the run for $accel before launching (--skip-compile to skip)" >&2
-    status=0
-    "${compile[@]}" || status=$?
-    if ((status != 0)); then
-      echo "error: chinchax compile for $accel stopped the launch (exit status $status);" \
-           "nothing was created or started" >&2
-      exit "$status"
-    fi
-  fi
-fi
-
 where=(--zone="$zone")
 if [[ -n "$project" ]]; then where+=(--project="$project"); fi
 
 # shellcheck source=launch/tpu_common.bash
 source "$(dirname "${BASH_SOURCE[0]}")/tpu_common.bash"
+
+tpu_precompile "$@"
 
 if ((create)); then
   tpu_create "$name" create

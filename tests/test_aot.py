@@ -116,13 +116,19 @@ def test_mesh_memory_by_hand():
   est = work.mesh_memory_per_device(shape, 8, mesh={"data": 1, "fsdp": 4, "tensor": 1},
                                     remat="full", profile=prof)
   tokens = 8 * 32 / 4
+  layer = 2 * (4 * 64 + 4 * 4 * 16 + 3 * 128) + 4 * 4 * 32  # bf16 tensors, f32 probabilities
   assert est.state == 16 * n / 4
-  full_layer = 4 * 64 + 4 * 4 * 16 + 3 * 128 + 4 * 32
-  assert est.activations == tokens * 2 * (2 * 64 + full_layer)
-  assert est.logits == tokens * 8 * 256
+  assert est.activations == tokens * 2 * 2 * 64  # each layer's bf16 input
+  assert est.working == tokens * max(4 * 256, 2 * layer)
   none = work.mesh_memory_per_device(shape, 8, mesh={"data": 4, "fsdp": 1, "tensor": 1},
                                      profile=prof)
-  assert none.state == 16 * n and none.activations == tokens * 2 * 2 * full_layer
+  assert none.state == 16 * n and none.activations == tokens * 2 * layer
+  assert none.gathered_weights == 2 * n
+  tp = work.mesh_memory_per_device(shape, 8, mesh={"data": 2, "fsdp": 1, "tensor": 2},
+                                   remat="full", profile=prof)
+  assert tp.state == 16 * n / 2 and tp.working == (8 * 32 / 2) * max(
+      4 * 256 / 2, 2 * (2 * (4 * 64 + (4 * 4 * 16 + 3 * 128) / 2) + 4 * 4 * 32 / 2))
+  assert tp.activations == (8 * 32 / 2) * 2 * (2 * 64 + 2 * 64)  # the input held twice
   with pytest.raises(work.StepTimeError, match="remat"):
     work.mesh_memory_per_device(shape, 8, mesh={"data": 1}, remat="some")
 

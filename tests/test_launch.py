@@ -136,6 +136,8 @@ def test_tpu_ladder_dry_run_forms_the_gcloud_commands():
             "--config=configs/ladder.py:gutenberg", "--config.workdir=/mnt/shared/l")
   assert r.returncode == 0, r.stderr
   lines = r.stdout.splitlines()
+  assert lines[0] == ("+ chinchax compile --topology v6e-8 --no-eval --require-fit --ladder "
+                      "--config=configs/ladder.py:gutenberg --config.workdir=/mnt/shared/l")
   creates = [l for l in lines if "queued-resources create" in l]
   assert [l.split()[6] for l in creates] == ["lad-0", "lad-1", "lad-2"]
   assert all("--spot" in l and "--accelerator-type=v6e-8" in l and "--node-id=" in l
@@ -151,6 +153,8 @@ def test_tpu_ladder_dry_run_forms_the_gcloud_commands():
   assert r.returncode == 2 and "--count must be a positive integer" in r.stderr
   r = _bash(script, "--name", "n", "--zone", "z", "--create")
   assert r.returncode == 2 and "--accelerator-type" in r.stderr
+  r = _bash(script, "--name", "n", "--zone", "z", "--skip-compile", "--dry-run")
+  assert r.returncode == 0 and "compile" not in r.stdout
 
 
 def test_gke_manifest_is_an_indexed_job_of_ladder_workers():

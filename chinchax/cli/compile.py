@@ -1,7 +1,8 @@
 """chinchax compile: compile a run for a TPU slice or GPU host before renting it.
 
 usage: chinchax compile --topology NAME [--slices K] [--search] [--json] [--no-eval]
-                        [--no-cache] [--out FILE] [--config FILE:VARIANT] [--config.SECTION.KNOB=V ...]
+                        [--no-cache] [--out FILE] [--ladder] [--config FILE:VARIANT]
+                        [--config.SECTION.KNOB=V ...]
 
 Builds the run's mesh from the config's mesh axes over the target's devices,
 lowers and compiles the train step and the eval step that chinchax train would
@@ -24,6 +25,8 @@ Options:
   --no-cache        compile again even if ~/.cache/chinchax/aot holds this program
   --out FILE        also write the JSON report to FILE
   --require-fit     exit with status 3 when the train step does not fit
+  --ladder          the config is a ladder (default configs/ladder.py): compile its largest
+                    run (the largest size of the largest budget, with its rule's batch)
 
 TPU targets need libtpu (pip install -e ".[tpu]"), GPU targets JAX's CUDA plugin
 (pip install -e ".[gpu-aot]"). The config defaults to configs/train.py.
@@ -41,6 +44,7 @@ import pathlib
 import sys
 
 from chinchax import console
+from chinchax.aot import ladder_run
 from chinchax.aot import report as report_lib
 from chinchax.aot import search as search_lib
 from chinchax.aot import topology as topology_lib
@@ -66,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--no-cache", action="store_true")
   p.add_argument("--require-fit", action="store_true")
   p.add_argument("--out")
+  p.add_argument("--ladder", action="store_true")
   return p
 
 
@@ -102,9 +107,14 @@ def main(argv: list[str]) -> int:
                                   f"exist")
   target = topology_lib.parse_target(args.topology, num_slices=args.slices)
   topology_lib.check_available(target)
-  config = flags_lib.parse_config(config_argv, flags_lib.config_file("train.py"), "compile")
+  default = flags_lib.config_file("ladder.py" if args.ladder else "train.py")
+  config = flags_lib.parse_config(config_argv, default, "compile")
   if config is None:
     return 0
+  if ladder_run.is_ladder_config(config):
+    config, run_id = ladder_run.largest_run_config(config, target)
+    console.say(f"ladder: compiling its largest run, {run_id}", stream=sys.stderr,
+                enabled=not args.json)
   cache = None if args.no_cache else search_lib.CACHE_DIR
   console.say(target.describe(), stream=sys.stderr, enabled=not args.json)
   if args.search:
