@@ -68,7 +68,10 @@ def config_for(shape: str, data: int, fsdp: int, tensor: int, remat: str, gbs: i
 def predicted_collectives(rep: dict) -> dict:
   """Wire bytes per device per step that the sharding table implies (module doc): FSDP moves
   the bf16 weights (gathered once, twice under remat) and reduce-scatters the bf16
-  gradients; data parallelism all-reduces the gradients; each over (g − 1) / g of a ring."""
+  gradients; data parallelism all-reduces the gradients; tensor parallelism all-reduces
+  each layer's attention and MLP outputs (bf16 [tokens, d_model]) in the forward, again in
+  the recomputed forward under remat, and their gradients in the backward (Shoeybi et al.
+  2019, Sec. 3); each over (g − 1) / g of a ring."""
   r = rep["run"]
   shape = budget.ModelShape(vocab_size=r["vocab_size"], d_model=r["d_model"],
                             n_layers=r["n_layers"], n_heads=r["n_heads"], d_ff=r["d_ff"],
@@ -79,7 +82,11 @@ def predicted_collectives(rep: dict) -> dict:
   f, d = m["fsdp"], m["data"] * m["fsdp"]
   fsdp = (gathers + 1) * 2 * n / m["tensor"] * (f - 1) / f if f > 1 else 0.0
   dp = 2 * 2 * n / m["tensor"] * (d - 1) / d if m["data"] > 1 and f == 1 else 0.0
-  return {"fsdp": fsdp, "data": dp}
+  t = m["tensor"]
+  tokens = r["global_batch_size"] * r["seq_len"] / d
+  passes = 6 if r["remat"] != "none" else 4
+  tp = (passes * r["n_layers"] * 2 * tokens * r["d_model"] * 2 * (t - 1) / t) if t > 1 else 0.0
+  return {"fsdp": fsdp, "all-reduce": dp + tp}
 
 
 def measured_collectives(col: dict) -> dict:
@@ -88,7 +95,7 @@ def measured_collectives(col: dict) -> dict:
   wire = {k: (col.get(k) or {}).get("wire_bytes", 0.0) for k in
           ("all-gather", "reduce-scatter", "collective-permute", "all-reduce")}
   return {"fsdp": wire["all-gather"] + wire["reduce-scatter"] + wire["collective-permute"],
-          "data": wire["all-reduce"]}
+          "all-reduce": wire["all-reduce"]}
 
 
 def main(argv: list[str]) -> int:
