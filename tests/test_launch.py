@@ -173,3 +173,16 @@ def test_gke_manifest_is_an_indexed_job_of_ladder_workers():
   assert c["command"] == ["chinchax", "ladder"] and "--config.ladder.worker=True" in c["args"]
   mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
   assert any(a.startswith(f"--config.workdir={mounts['shared']}/") for a in c["args"])
+
+
+def test_gke_workers_wait_for_a_compile_of_the_ladder_for_their_slice():
+  yaml = pytest.importorskip("yaml")
+  pod = yaml.safe_load((REPO / "launch" / "gke_ladder.yaml").read_text())["spec"]["template"]["spec"]
+  (check,) = pod["initContainers"]
+  (worker,) = pod["containers"]
+  assert check["command"][:3] == ["chinchax", "compile", "--ladder"]
+  assert "--require-fit" in check["command"] and check["args"] == worker["args"]
+  topology = check["command"][check["command"].index("--topology") + 1]
+  chips = pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"].split("x")
+  assert topology == f"v6e-{int(chips[0]) * int(chips[1])}"
+  assert worker["resources"]["limits"]["google.com/tpu"] == int(chips[0]) * int(chips[1])
