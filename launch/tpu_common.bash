@@ -25,7 +25,7 @@ tpu_precompile() {
   fi
   local cmd=("${CHINCHAX:-chinchax}" compile --topology "$accel" --no-eval --require-fit "$@")
   if ((dry_run)); then
-    echo "+ ${cmd[*]}"
+    printf '+'; printf ' %q' "${cmd[@]}"; printf '\n'
     return 0
   fi
   echo "compiling the run for $accel before launching (--skip-compile to skip)" >&2

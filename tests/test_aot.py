@@ -44,7 +44,7 @@ def test_target_memory_and_slices():
 
 
 @pytest.mark.parametrize("spec, kw, words", [
-    ("v5e-12", {}, "not 12"), ("v5p-24", {}, "not 12"), ("cpu", {}, "chinchax train"),
+    ("v5e-12", {}, "not 12"), ("v5p-24", {}, r"v5p-24 \(12 chips\) is not one"), ("cpu", {}, "chinchax train"),
     ("h100x12", {}, "hosts of 8"), ("h100x8", {"num_slices": 2}, "TPU targets"),
     ("v5e-4", {"num_slices": 0}, "positive integer"), ("l4x2", {}, "no device description")])
 def test_target_errors(spec, kw, words):
@@ -249,6 +249,8 @@ def _cli(*args):
     (("--topology", "v5e-4", "--config=configs/train.py:tiny", "--config.mesh.data=-1",
       "--config.train.global_batch_size=6"), "global_batch_size"),
     (("--slices", "2"), "--topology"),
+    (("--topology", "v5e-4", "--out", "/tmp"), "must name a file"),
+    (("--topology", "v5e-4", "--out", ""), "must name a file"),
 ])
 def test_cli_bad_input_is_one_line(args, words):
   r = _cli(*args)
@@ -284,3 +286,44 @@ def test_trip_count_from_the_loop_condition():
   assert s.count["all-gather"] == 7 and s.unknown_trip_loops == 0
   s = hlo.collectives(_HLO.replace(', backend_config={"known_trip_count":{"n":"12"}}', ""), 4)
   assert s.count["all-gather"] == 1 and s.unknown_trip_loops == 1
+
+
+def _fake_run(spec, remat="none", total=1e9, mesh=None):
+  """A CompiledRun as compile_run would return it, with a made-up memory analysis."""
+  target = topology.parse_target(spec)
+  c = _tiny(data=-1)
+  c.model.remat = remat
+  if mesh:
+    c.mesh.update(**mesh)
+  run_spec = program_lib.check_config(c, target)
+  coll = hlo.CollectiveSummary({k: 0 for k in hlo.KINDS}, {k: 0.0 for k in hlo.KINDS},
+                               {k: 0.0 for k in hlo.KINDS})
+  mem = {"argument": 0.0, "output": 0.0, "alias": 0.0, "temp": total, "generated_code": 0.0,
+         "total": total}
+  train = program_lib.ProgramResult("train_step", 1.0, True, mem, None, None, coll)
+  return program_lib.CompiledRun(target, run_spec, train, None, {})
+
+
+def test_compiled_but_over_hbm_does_not_fit():
+  rep = report_lib.summarize(_fake_run("h100x8", total=211e9))
+  assert rep["fits"] is False and rep["headroom_bytes"] < 0 and rep["suggestions"]
+  assert any("does not check HBM" in n for n in rep["notes"])
+  assert report_lib.summarize(_fake_run("h100x8", total=1e9))["fits"] is True
+
+
+def test_roofline_counts_recompute_and_a_v4_device_is_half_a_chip():
+  none = report_lib.summarize(_fake_run("v5p-8"))["roofline"]
+  full = report_lib.summarize(_fake_run("v5p-8", remat="full"))["roofline"]
+  assert full["compute_s"] == pytest.approx(none["compute_s"] * 4 / 3)
+  dots = report_lib.summarize(_fake_run("v5p-8", remat="dots"))["roofline"]
+  assert none["compute_s"] < dots["compute_s"] < full["compute_s"]
+  # v4-8: 4 chips seen as 8 TensorCore devices; each has half a chip's peak FLOP/s
+  v4 = report_lib.summarize(_fake_run("v4-8"))
+  acc = topology.parse_target("v4-8").accelerator
+  assert v4["roofline"]["compute_s"] == pytest.approx(
+      v4["analytic"]["flops"] / (acc.peak_flops / 2))
+
+
+def test_multi_slice_traffic_is_flagged():
+  rep = report_lib.summarize(_fake_run("h100x16", mesh={"data": 8, "fsdp": 1, "tensor": 2}))
+  assert any("data-center network" in n for n in rep["notes"])

@@ -88,3 +88,12 @@ def test_aot_needs_an_accelerator_target():
   plan = planner.plan_flops(1e12, "epoch", hardware=hardware_lib.parse_hardware("cpu"))
   with pytest.raises(topology.AotError, match="chinchax train"):
     plancheck.check_plan(plan)
+
+
+def test_an_unwritable_config_path_is_said_before_compiling(stub, tmp_path):
+  from chinchax.cli import plan as plan_cli
+  from chinchax.planning.errors import PlanError
+  with pytest.raises(PlanError, match="does not exist"):
+    plan_cli.main(["--flops", "1e18", "--hardware", "v5e-4", "--aot",
+                   "--write-config", str(tmp_path / "missing" / "x.py")])
+  assert stub == []  # nothing was compiled

@@ -11,7 +11,8 @@ dict (``chinchax compile --json`` prints it) and :func:`render` into the table.
   ``chinchax.work.step_flops`` / ``bytes_per_step`` for the device's share of
   the batch. XLA counts a ``lax.scan`` body once (``model.scan_layers``), so a
   scanned model is compared per layer: the analytic count taken with one layer.
-* Roofline step time (Williams et al. 2009): compute = analytic FLOPs / peak,
+* Roofline step time (Williams et al. 2009): compute = analytic FLOPs × the
+  remat recompute factor (:func:`recompute_factor`) / peak (a device's share of its chip's),
   HBM = bytes / bandwidth (XLA's bytes, scaled from one scanned layer to all,
   or the analytic bytes where XLA gives none), interconnect = the collectives'
   ring wire bytes / half the chip's two-way interconnect bandwidth (one
@@ -57,21 +58,44 @@ def analytic(run: CompiledRun) -> dict:
           "bytes_one_layer": work.bytes_per_step(one, gbs, n_devices=n_dev, profile=prof)}
 
 
+def recompute_factor(run: CompiledRun) -> float:
+  """Executed over model matmul FLOPs of the train step under remat: ``full`` runs every
+  layer's forward again in the backward (+1/3 of forward + backward), ``dots`` only the
+  attention score and value matmuls (whose batch dims keep them from being saved)."""
+  m = run.spec.model
+  if m.remat == "full":
+    return 4.0 / 3.0
+  if m.remat == "dots":
+    shape = run.spec.shape()
+    attention_fwd = 4.0 * shape.n_layers * shape.seq_len * shape.n_heads * shape.head_dim
+    per_token = budget.executed_matmul_flops_per_token(shape, causal_skip=_profile(run).causal_skip)
+    return 1.0 + attention_fwd / per_token
+  return 1.0
+
+
+def devices_per_chip(run: CompiledRun) -> float:
+  """JAX devices per chip of the target (2 on v4, whose compile-only devices are TensorCores)."""
+  t = run.target
+  return t.n_devices / (t.hardware.n_devices * t.num_slices)
+
+
 def roofline(run: CompiledRun, ana: dict) -> dict:
   """Compute, HBM and interconnect seconds per step and the bound (see the module doc)."""
   acc = run.target.accelerator
   t = run.train
   scanned = run.spec.model.scan_layers
-  compute = ana["flops"] / acc.peak_flops
+  share = devices_per_chip(run)  # a device's share of its chip's peak and bandwidths
+  compute = ana["flops"] * recompute_factor(run) / (acc.peak_flops / share)
   if t.xla_bytes is not None:
     scale = ana["bytes"] / ana["bytes_one_layer"] if scanned else 1.0
     hbm_bytes, hbm_src = t.xla_bytes * scale, ("XLA, scaled from one scanned layer" if scanned
                                                else "XLA")
   else:
     hbm_bytes, hbm_src = ana["bytes"], "analytic"
-  hbm = hbm_bytes / acc.hbm_bandwidth
+  hbm = hbm_bytes / (acc.hbm_bandwidth / share)
   wire = t.collectives.total_wire_bytes if t.collectives is not None else 0.0
-  ici = (wire / (acc.interconnect_bandwidth / 2) if acc.interconnect_bandwidth else None)
+  ici = (wire / (acc.interconnect_bandwidth / 2 / share) if acc.interconnect_bandwidth
+         else None)
   parts = {"compute": compute, "hbm": hbm, "interconnect": ici or 0.0}
   bound = max(parts, key=parts.get)
   step = parts[bound]
@@ -80,8 +104,10 @@ def roofline(run: CompiledRun, ana: dict) -> dict:
           "interconnect_s": ici, "step_s": step, "bound": bound,
           "no_overlap_step_s": compute + hbm + (ici or 0.0),
           "tokens_per_s": tokens / step if step > 0 else None,
+          "recompute_factor": recompute_factor(run),
           "mfu_bound": (budget.matmul_flops_per_token(run.spec.shape()) * tokens
-                        / run.target.n_devices / acc.peak_flops / step) if step > 0 else None}
+                        / run.target.n_devices / (acc.peak_flops / share) / step)
+                       if step > 0 else None}
 
 
 def suggestions(run: CompiledRun, required: float, available: float) -> list[str]:
@@ -127,7 +153,7 @@ def summarize(run: CompiledRun) -> dict:
               "attention": spec.model.attention, "steps": spec.steps},
       "train_step": t.to_dict(),
       "eval_step": None if run.eval is None else run.eval.to_dict(),
-      "fits": t.fits,
+      "fits": t.fits and (total is None or total <= available),
       "analytic": ana,
       "notes": list(run.notes),
       "compiler_options": run.compiler_options,
@@ -135,7 +161,20 @@ def summarize(run: CompiledRun) -> dict:
   if total is not None:
     out["headroom_bytes"] = available - total
     out["headroom_fraction"] = (available - total) / available
-    out["analytic_memory_ratio"] = ana["memory"]["total"] / total if total else None
+    out["headroom_of"] = "XLA's available HBM" if t.oom else "the device's HBM"
+    if t.fits:
+      out["analytic_memory_ratio"] = ana["memory"]["total"] / total if total else None
+    if t.fits and total > available:
+      out["notes"].append(f"XLA compiled it, but it needs {total / 1e9:.3f} GB per device of "
+                          f"the {available / 1e9:.3f} GB there (XLA does not check HBM when it "
+                          f"compiles for {target.platform})")
+  hosts = target.num_slices if target.platform == "tpu" else max(
+      1, target.n_devices // 8 if target.n_devices > 8 else 1)
+  if hosts > 1:
+    out["notes"].append(f"{hosts} {'slices' if target.platform == 'tpu' else 'hosts'}: "
+                        f"collectives that cross them run over the data-center network, slower "
+                        f"than the in-{'slice ICI' if target.platform == 'tpu' else 'host NVLink'}"
+                        f" the interconnect time assumes (a lower bound)")
   if t.fits:
     layer = spec.model.scan_layers
     ref_flops = ana["flops_one_layer"] if layer else ana["flops"]
@@ -155,11 +194,15 @@ def summarize(run: CompiledRun) -> dict:
 def _gb(x: float | None) -> str:
   if x is None:
     return "n/a"
-  return f"{x / 1e9:.3f} GB" if abs(x) >= 1e8 else f"{x / 1e6:.3g} MB"
+  if abs(x) >= 1e8:
+    return f"{x / 1e9:.3f} GB"
+  return f"{x / 1e6:.3g} MB" if abs(x) >= 1e5 or x == 0 else f"{x / 1e3:.3g} KB"
 
 
 def _ms(x: float | None) -> str:
-  return "n/a" if x is None else f"{x * 1e3:.3g} ms"
+  if x is None:
+    return "n/a"
+  return f"{x * 1e3:.3g} ms" if abs(x) >= 1e-5 or x == 0 else f"{x * 1e6:.3g} µs"
 
 
 def render(rep: dict) -> str:
@@ -193,10 +236,13 @@ def render(rep: dict) -> str:
       lines.append(f"{name:<10} failed to compile: {p.get('error')}")
   if "headroom_bytes" in rep:
     verdict = "fits" if rep["fits"] else "does not fit"
+    ratio = rep.get("analytic_memory_ratio")
+    of = (f"of {_gb(tg['memory_per_device'])}" if rep.get("headroom_of") != "XLA's available HBM"
+          else "of XLA's available HBM")
     lines.append(f"memory     {verdict}: headroom {_gb(rep['headroom_bytes'])} "
-                 f"({100 * rep['headroom_fraction']:+.1f}%) of {_gb(tg['memory_per_device'])}; "
-                 f"analytic estimate {_gb(rep['analytic']['memory']['total'])} "
-                 f"(× {rep['analytic_memory_ratio']:.2f} of XLA's)")
+                 f"({100 * rep['headroom_fraction']:+.1f}%) {of}; "
+                 f"analytic estimate {_gb(rep['analytic']['memory']['total'])}"
+                 + (f" (× {ratio:.2f} of XLA's)" if ratio else ""))
   if t["fits"]:
     a = rep["analytic"]
     xf, xb = t["xla_flops"], t["xla_bytes"]
@@ -217,7 +263,7 @@ def render(rep: dict) -> str:
     lines.append(f"roofline   compute {_ms(ro['compute_s'])}, HBM {_ms(ro['hbm_s'])}, "
                  f"interconnect {_ms(ro['interconnect_s'])} → step ≥ {_ms(ro['step_s'])} "
                  f"({ro['bound']}-bound; {ro['tokens_per_s']:,.0f} tokens/s, MFU ≤ "
-                 f"{100 * ro['mfu_bound']:.0f}%)")
+                 f"{100 * ro['mfu_bound']:.2g}%)")
   for note in rep.get("notes", []):
     lines.append(f"note       {note}")
   for s in rep.get("suggestions", []):

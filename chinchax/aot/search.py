@@ -62,6 +62,8 @@ def compile_isolated(config, target: Target, *, eval_step: bool = True) -> dict:
     UserError: what the child raised as one (bad config or target).
   """
   spec = program_lib.check_config(config, target)
+  if target.platform == "tpu":
+    topology_lib.warn_if_locked()
   request = json.dumps({"config": config.to_json_best_effort(), "target": target.spec,
                         "num_slices": target.num_slices, "eval_step": eval_step})
   start = time.perf_counter()

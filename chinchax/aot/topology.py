@@ -105,8 +105,10 @@ def tpu_shape(name: str, chips: int) -> tuple[int, ...]:
     dims[i] *= 2
     valid.append(math.prod(dims))
   if math.prod(dims) != chips:
-    raise AotError(f"{name} slices have {', '.join(map(str, valid[:8]))}, … chips (each a power "
-                   f"of 2 from 4), not {chips}")
+    # v4 and v5p slice names count TensorCores, two per chip: say it in the user's unit.
+    raise AotError(f"{name} slices are {name}-8, {name}-16, {name}-32, … (TensorCores, two per "
+                   f"chip: {', '.join(map(str, valid[:6]))}, … chips); {name}-{2 * chips} "
+                   f"({chips} chips) is not one")
   return tuple(dims)
 
 
@@ -199,6 +201,20 @@ def _take_libtpu_lock() -> None:
                        f"compile; wait for it to finish or end it") from None
       time.sleep(0.5)
   _lock_file = f
+
+
+def warn_if_locked() -> None:
+  """Says so when another process holds the libtpu lock (a child compile will wait for it)."""
+  if not LOCK_PATH.exists():
+    return
+  with open(LOCK_PATH, "a+") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      console.warn(f"another process compiles for TPU ({LOCK_PATH} is held); this compile "
+                   f"waits for it (up to {LOCK_TIMEOUT_S:.0f} s)")
+    else:
+      fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def libtpu_available() -> bool:

@@ -1,8 +1,8 @@
 """chinchax compile: compile a run for a TPU slice or GPU host before renting it.
 
 usage: chinchax compile --topology NAME [--slices K] [--search] [--json] [--no-eval]
-                        [--no-cache] [--out FILE] [--ladder] [--config FILE:VARIANT]
-                        [--config.SECTION.KNOB=V ...]
+                        [--no-cache] [--out FILE] [--require-fit] [--ladder]
+                        [--config FILE:VARIANT] [--config.SECTION.KNOB=V ...]
 
 Builds the run's mesh from the config's mesh axes over the target's devices,
 lowers and compiles the train step and the eval step that chinchax train would
@@ -100,8 +100,11 @@ def main(argv: list[str]) -> int:
     return 0
   config_argv, rest = _split(argv)
   args = _parser().parse_args(rest)
-  if args.out:
+  if args.out is not None:
     out = pathlib.Path(args.out)
+    if not args.out or out.is_dir():
+      raise topology_lib.AotError(f"--out {args.out!r} must name a file to write (e.g. "
+                                  f"--out report.json)")
     if not out.parent.is_dir():
       raise topology_lib.AotError(f"--out {args.out!r}: directory {str(out.parent)!r} does not "
                                   f"exist")
@@ -119,7 +122,8 @@ def main(argv: list[str]) -> int:
   console.say(target.describe(), stream=sys.stderr, enabled=not args.json)
   if args.search:
     def progress(i, n, row):
-      console.say(f"  [{i}/{n}] remat={row['remat']} mesh={row['mesh']} "
+      m = row["mesh"]
+      console.say(f"  [{i}/{n}] remat={row['remat']} mesh={m['data']}×{m['fsdp']}×{m['tensor']} "
                   f"scan_layers={row['scan_layers']}: {'fits' if row['fits'] else 'does not fit'}"
                   f"{' (cached)' if row['cached'] else ''}", stream=sys.stderr)
     rows = search_lib.search(config, target, cache_dir=cache, progress=progress)
@@ -135,7 +139,7 @@ def main(argv: list[str]) -> int:
     print(report_lib.dumps(rep) if args.json else report_lib.render(rep)
           + ("\n(from the compile cache; --no-cache compiles again)" if cached else ""))
     fits = rep["fits"]
-  if args.out:
+  if args.out is not None:
     tmp = pathlib.Path(args.out + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
     tmp.replace(args.out)

@@ -193,10 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     return e.code if isinstance(e.code, int) else 0
   plan = run(args)
   if args.aot:
+    if args.write_config:  # a path that cannot be written is said before minutes of compiling
+      config_file.check_config_path(args.write_config)
     # Only --aot compiles (JAX, libtpu): a plan without it starts in well under a second.
     from chinchax.aot import plancheck
     plancheck.check_plan(plan, workdir=args.workdir, progress=lambda i, n, row: console.say(
-        f"chinchax plan --aot: [{i}/{n}] remat={row['remat']} mesh={row['mesh']}: "
+        f"chinchax plan --aot: [{i}/{n}] remat={row['remat']} mesh={row['mesh']['data']}×"
+        f"{row['mesh']['fsdp']}×{row['mesh']['tensor']} scan_layers={row['scan_layers']}: "
         f"{'fits' if row['fits'] else 'does not fit'}", stream=sys.stderr))
   if args.write_config:
     config_file.write_config(plan, args.write_config, args.workdir,

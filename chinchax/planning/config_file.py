@@ -105,6 +105,22 @@ def get_config(variant=None):
 '''
 
 
+def check_config_path(path: str | os.PathLike) -> pathlib.Path:
+  """The ``--write-config`` path, checked: an existing, writable directory and a ``.py`` name.
+
+  Raises:
+    PlanError: the directory does not exist or is not writable, or the name is not ``.py``.
+  """
+  path = pathlib.Path(path)
+  if not path.parent.exists() or not path.parent.is_dir():
+    raise PlanError(f"cannot write config {str(path)!r}: directory {str(path.parent)!r} does not "
+                    f"exist")
+  paths_lib.check_writable_dir(path.parent, "--write-config directory")
+  if path.suffix != ".py":
+    raise PlanError(f"config path {str(path)!r} must end in .py (an ml_collections config file)")
+  return path
+
+
 def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None,
                  n_devices: int | None = None) -> pathlib.Path:
   """Validates the planned config and writes its file; nothing is written on error.
@@ -120,13 +136,7 @@ def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None
     PlanError: the directory does not exist, the path does not end in .py, or
       the config fails ``chinchax.config.validate``.
   """
-  path = pathlib.Path(path)
-  if not path.parent.exists() or not path.parent.is_dir():
-    raise PlanError(f"cannot write config {str(path)!r}: directory {str(path.parent)!r} does not "
-                    f"exist")
-  paths_lib.check_writable_dir(path.parent, "--write-config directory")
-  if path.suffix != ".py":
-    raise PlanError(f"config path {str(path)!r} must end in .py (an ml_collections config file)")
+  path = check_config_path(path)
   workdir = workdir or default_workdir(plan)
   try:
     config_lib.validate(planned_config(plan, workdir), n_devices=n_devices or 1)
