@@ -226,7 +226,10 @@ def libtpu_available() -> bool:
 def cuda_plugin_available() -> bool:
   """True when JAX's CUDA PJRT plugin is installed."""
   import importlib.util
-  return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+  try:
+    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+  except ModuleNotFoundError:  # no jax_plugins namespace at all: no plugin installed
+    return False
 
 
 def check_available(target: Target) -> None:
