@@ -21,7 +21,6 @@ Bytes per collective (``size`` = the op's result bytes, ``g`` = its group size):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 
@@ -146,14 +145,12 @@ def collectives(text: str, n_devices: int) -> CollectiveSummary:
   unknown = 0
   if entry is None:
     return CollectiveSummary(count, operand, wire)
-  mult: dict[str, float] = {}
   skip: set[str] = set()
 
   def visit(comp: str, m: float, depth: int = 0) -> None:
     nonlocal unknown
     if depth > 64 or comp not in comps or comp in skip:
       return
-    mult[comp] = mult.get(comp, 0.0) + m
     for _, shape, op, rest in comps[comp]:
       kind = None
       if op in KINDS or (op.endswith("-start") and op[:-6] in KINDS):
@@ -229,7 +226,3 @@ def _result_bytes(op: str, shape: str) -> float:
     return float(sum(arrays[len(arrays) // 2:]))
   return float(sum(arrays))
 
-
-def dumps(summary: CollectiveSummary) -> str:
-  """JSON text of a summary (for caches and reports)."""
-  return json.dumps(summary.to_dict(), sort_keys=True)
