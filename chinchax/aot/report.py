@@ -110,7 +110,7 @@ def roofline(run: CompiledRun, ana: dict) -> dict:
                        if step > 0 else None}
 
 
-def suggestions(run: CompiledRun, required: float, available: float) -> list[str]:
+def suggestions(run: CompiledRun) -> list[str]:
   """The knobs that would bring a program that does not fit (or barely fits) under HBM."""
   m, mesh, out = run.spec.model, run.spec.mesh, []
   if m.remat == "none":
@@ -187,7 +187,7 @@ def summarize(run: CompiledRun) -> dict:
                           f"FLOPs and bytes stand in")
     out["roofline"] = roofline(run, ana)
   if not out["fits"] or out.get("headroom_fraction", 1.0) < MIN_HEADROOM:
-    out["suggestions"] = suggestions(run, total or 0.0, available)
+    out["suggestions"] = suggestions(run)
   return out
 
 

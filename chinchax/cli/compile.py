@@ -49,19 +49,13 @@ from chinchax.aot import report as report_lib
 from chinchax.aot import search as search_lib
 from chinchax.aot import topology as topology_lib
 from chinchax.cli import flags as flags_lib
+from chinchax.cli import helptext
 
 REQUIRE_FIT_EXIT_CODE = 3
 
 
-class _Parser(argparse.ArgumentParser):
-  """argparse that raises one UserError line instead of printing its usage block."""
-
-  def error(self, message):
-    raise topology_lib.AotError(f"{message} (see chinchax compile --help)")
-
-
 def _parser() -> argparse.ArgumentParser:
-  p = _Parser(prog="chinchax compile", add_help=False)
+  p = helptext.parser("compile", __doc__, add_help=False)
   p.add_argument("--topology", required=True)
   p.add_argument("--slices", type=int, default=1)
   p.add_argument("--search", action="store_true")
