@@ -12,6 +12,9 @@ shape at a global batch size. Two kinds:
   (:func:`fit_linear_step_time`); :class:`MeasuredStepTime` additionally
   returns the measured time for a measured shape.
 
+:func:`model_from_dict` builds either from a fit's ``step_time`` section (an
+IsoTime fit, ``analysis.isotime``: its chosen predictor).
+
 Step-time file format (JSON), written by a benchmark and read by
 :func:`load_step_time_model` (``chinchax plan --step-time-model PATH``)::
 
@@ -91,6 +94,7 @@ class RooflineStepTime:
   bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
   profile: work.ExecutionProfile | None = None
   name: str = "roofline"
+  note: str = ""  # where the model came from (e.g. a fit's predictor), prefixed to describe()
 
   def _profile(self) -> work.ExecutionProfile:
     return self.profile or work.ExecutionProfile.for_kind(self.hardware.accelerator.kind)
@@ -106,9 +110,10 @@ class RooflineStepTime:
 
   def describe(self) -> str:
     a = self.hardware.accelerator
-    return (f"analytic roofline on {self.hardware.n_devices}× {a.display_name}: "
+    text = (f"analytic roofline on {self.hardware.n_devices}× {a.display_name}: "
             f"{a.peak_flops:.3g} FLOP/s × MFU {self.mfu:g}, {a.hbm_bandwidth:.3g} B/s × "
             f"{self.bandwidth_efficiency:g} per device")
+    return f"{self.note}: {text}" if self.note else text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +131,7 @@ class LinearStepTime:
   profile: work.ExecutionProfile
   n_devices: int = 1
   name: str = "linear"
+  note: str = ""  # where the model came from (e.g. a fit's predictor), prefixed to describe()
 
   def features(self, shape: budget.ModelShape, global_batch_size: int) -> tuple[float, float]:
     return (work.step_flops(shape, global_batch_size, n_devices=self.n_devices,
@@ -145,8 +151,9 @@ class LinearStepTime:
     if self.s_per_byte > 0:
       parts.append(f"{1 / self.s_per_byte:.3g} B/s")
     eff = f" (≈ {', '.join(parts)})" if parts else ""
-    return (f"linear step-time model t = {self.intercept_s:.3g} s + {self.s_per_flop:.3g} s/FLOP"
+    text = (f"linear step-time model t = {self.intercept_s:.3g} s + {self.s_per_flop:.3g} s/FLOP"
             f" + {self.s_per_byte:.3g} s/byte{eff}")
+    return f"{self.note}: {text}" if self.note else text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,6 +339,77 @@ def load_step_time_model(path: str | pathlib.Path) -> MeasuredStepTime:
                             f"a number of seconds >= 0")
       startup[MeasuredStepTime.key(shape, gbs)] = float(s)
   return MeasuredStepTime(table=table, fallback=linear, source=str(path), startup_table=startup)
+
+
+# Fitted linear predictors by name: (uses FLOPs, uses bytes). "Time Matters" (Inbar & Sernau
+# 2024, arXiv 2406.18922) compares FLOPs with memory traffic as the predictor of step time.
+LINEAR_PREDICTORS = {"flops": (True, False), "bytes": (False, True), "flops+bytes": (True, True)}
+
+
+def _field(d: dict, key: str, what: str, *, number: bool = True, default: Any = None):
+  """d[key] (a finite number >= 0 when ``number``); StepTimeError naming a missing/bad key."""
+  value = d.get(key, default)
+  if value is None:
+    raise StepTimeError(f"{what} lacks {key!r}")
+  if number and (isinstance(value, bool) or not isinstance(value, (int, float))
+                 or not math.isfinite(value) or value < 0):
+    raise StepTimeError(f"{what}: {key}={value!r} must be a finite number >= 0")
+  return value
+
+
+def model_from_dict(d: dict, *, source: str = "") -> StepTimeModel:
+  """The step-time model that a fit's ``step_time`` section describes (seconds per step).
+
+  Linear predictors t = intercept_s + s_per_flop · FLOPs + s_per_byte · bytes per device
+  per step (:class:`LinearStepTime`, features of :mod:`chinchax.work`)::
+
+    {"predictor": "flops" | "bytes" | "flops+bytes", "intercept_s": s,
+     "s_per_flop": s/FLOP (flops, flops+bytes), "s_per_byte": s/byte (bytes, flops+bytes),
+     "compute_dtype": "float32" | "bfloat16", "attention": "xla" | "cudnn", "n_devices": int}
+
+  or the analytic roofline (:class:`RooflineStepTime`)::
+
+    {"predictor": "roofline", "hardware": spec (e.g. "cpu"), "compute_dtype", "attention",
+     "mfu": fraction (default 0.5), "bandwidth_efficiency": fraction (default 0.7)}
+
+  Optional ``label`` (e.g. "IsoTime fit's bytes predictor") and ``heldout_mape`` (mean
+  |predicted / measured − 1| on held-out shapes) go into :meth:`describe`, with ``source``.
+  The model's ``name`` is the predictor's.
+
+  Raises:
+    StepTimeError: not a dict, an unknown predictor, or a missing or bad key (named).
+  """
+  what = f"step-time section{f' of {source}' if source else ''}"
+  if not isinstance(d, dict):
+    raise StepTimeError(f"{what} must be a JSON object, got {type(d).__name__}")
+  predictor = _field(d, "predictor", what, number=False)
+  if predictor not in LINEAR_PREDICTORS and predictor != "roofline":
+    raise StepTimeError(f"{what}: predictor={predictor!r} is not one of "
+                        f"{', '.join([*LINEAR_PREDICTORS, 'roofline'])}")
+  profile = work.ExecutionProfile.from_names(str(_field(d, "compute_dtype", what, number=False)),
+                                             str(_field(d, "attention", what, number=False)))
+  note = str(d.get("label") or f"{predictor} step-time predictor")
+  mape = d.get("heldout_mape")
+  if isinstance(mape, (int, float)) and math.isfinite(mape):
+    note += f" (held-out MAPE {100 * mape:.1f}%)"
+  if source:
+    note += f" from {source}"
+  if predictor == "roofline":
+    hw = hardware_lib.parse_hardware(str(_field(d, "hardware", what, number=False)))
+    mfu = float(_field(d, "mfu", what, default=DEFAULT_MFU))
+    bw = float(_field(d, "bandwidth_efficiency", what, default=DEFAULT_BANDWIDTH_EFFICIENCY))
+    if not (0 < mfu <= 1 and 0 < bw <= 1):
+      raise StepTimeError(f"{what}: mfu={mfu!r} and bandwidth_efficiency={bw!r} must lie in (0, 1]")
+    return RooflineStepTime(hw, mfu=mfu, bandwidth_efficiency=bw, profile=profile, note=note)
+  uses_flops, uses_bytes = LINEAR_PREDICTORS[predictor]
+  n_devices = _field(d, "n_devices", what)
+  if int(n_devices) != n_devices or n_devices < 1:
+    raise StepTimeError(f"{what}: n_devices={n_devices!r} must be an integer >= 1")
+  return LinearStepTime(
+      float(_field(d, "intercept_s", what)),
+      float(_field(d, "s_per_flop", what)) if uses_flops else 0.0,
+      float(_field(d, "s_per_byte", what)) if uses_bytes else 0.0,
+      profile, int(n_devices), name=predictor, note=note)
 
 
 def write_step_time_file(path: str | pathlib.Path, rows: list[dict], *, hardware: str,

@@ -8,6 +8,14 @@ or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
 or undetermined parabolas, budgets left out, an optimum outside the start
 grid, ...) are printed as ``warning:`` lines and written into both files.
 
+An IsoTime table (rows with ``"budget_kind": "seconds"``, from an IsoTime
+ladder) is fitted by ``analysis.isotime.fit_isotime`` instead: step-time
+predictors compared leave-one-shape-out (FLOPs vs bytes, "Time Matters",
+Inbar & Sernau 2024), the final loss predicted from shape and seconds, wider
+vs deeper per time budget; its validation run is added when there is one.
+``--law PATH`` takes L(N, D) from a FLOP ladder's fit.json instead of fitting
+it on the IsoTime runs.
+
 Bad input, or an approach that the table cannot support when it was asked
 for explicitly, raises a ``UserError`` (``chinchax.cli.main``: one ``error:``
 line, exit 2).
@@ -20,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
+from analysis import isotime
 from analysis.approach1 import APPROACH1_ENVELOPES
 from analysis.approach3 import HUBER_DELTA
 from analysis.approaches import LOSSES
@@ -30,6 +40,7 @@ from analysis.pipeline import DEFAULT_JOBS, fit_results
 from chinchax import console
 from chinchax import laws
 from chinchax.cli import helptext
+from chinchax.planning import shapes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "or NAME=v1/v2/...; NAME in logA, logB, logE, alpha, beta; others keep "
                       "Chinchilla's 4500-start values); a figure 'starts' shows the objective "
                       "over it")
+  p.add_argument("--law", default=None, metavar="PATH",
+                 help="IsoTime tables: take L(N, D) from this fit JSON (e.g. a FLOP ladder's "
+                      "fit.json) instead of fitting Approach 3 on the IsoTime runs")
   p.add_argument("--no-figures", action="store_true", help="skip the figures")
   p.add_argument("--quiet", action="store_true", help="print only errors")
   return p
@@ -103,6 +117,28 @@ def _check_counts(args: argparse.Namespace) -> None:
     raise FitOptionError(f"--bootstrap-method: {e}") from None
 
 
+def ladder_flop_shape(vocab_size: int, seq_len: int) -> Callable[[float], dict]:
+  """N -> the ladder shape rule's shape for N parameters (``shapes.PRESETS["ladder"]``), as a
+  dict with d_model, n_layers, n_heads, d_ff, N, aspect_ratio, ...: the FLOP-optimal shape an
+  IsoTime fit compares the time-optimal one with (``analysis.isotime.fit_isotime``)."""
+  def flop_shape(n: float) -> dict:
+    return shapes.propose_shapes(float(n), vocab_size=int(vocab_size), seq_len=int(seq_len),
+                                 rule=shapes.PRESETS["ladder"], k=1)[0].to_dict()
+  return flop_shape
+
+
+def _fit_isotime(args: argparse.Namespace, info: dict) -> None:
+  """The IsoTime fit of ``args.results`` and its validation run (when the table has one)."""
+  say = None if args.quiet else console.say
+  flop_shape = (ladder_flop_shape(info["vocab_size"], info["seq_len"])
+                if info["vocab_size"] and info["seq_len"] else None)
+  isotime.fit_isotime(args.results, args.out, law_path=args.law, flop_shape=flop_shape,
+                      log=say, warn=(lambda msg: None) if args.quiet else console.warn,
+                      figures=not args.no_figures, grid=args.grid)
+  if info["has_validation"]:
+    isotime.add_isotime_validation(args.results, args.out, log=say)
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs ``fit``; ``argv`` starts with RESULTS. Returns 0 (also for ``--help``).
 
@@ -116,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
   _check_counts(args)
+  info = isotime.isotime_table_info(args.results)
+  if info is not None:
+    _fit_isotime(args, info)
+    return 0
+  if args.law:
+    raise FitOptionError("--law is for IsoTime tables (rows with budget_kind 'seconds'); an "
+                         "IsoFLOP table's law is fitted from the table")
   fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,
               seed=args.seed, n_jobs=args.jobs, drop_highest_loss=args.drop_highest_loss,
               min_budgets=args.min_budgets, compare=args.compare, figures=not args.no_figures,

@@ -19,6 +19,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import sys
 
 from chinchax import console
@@ -65,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--law", default=planner.DEFAULT_LAW,
                  help="published law (chinchilla-approach1, chinchilla-approach2, "
                       "chinchilla-approach3, chinchilla-approach3-unrounded, epoch) or a fit JSON "
-                      f"path (default: {planner.DEFAULT_LAW})")
+                      "path; an IsoTime fit's JSON also gives the step-time model (its chosen "
+                      "predictor) unless --step-time-model is given (default: "
+                      f"{planner.DEFAULT_LAW})")
   p.add_argument("--vocab-size", type=int, default=257,
                  help="vocabulary size, tokens (default 257: chinchax's byte tokenizer)")
   p.add_argument("--seq-len", type=int, default=None,
@@ -73,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                       f"accelerators, {planner.DEFAULT_SEQ_LEN_CPU} on CPU)")
   p.add_argument("--step-time-model", metavar="PATH",
                  help="measured step-time JSON (format: chinchax.step_time module "
-                      "docstring) (default: the analytic roofline of --hardware)")
+                      "docstring) (default: an IsoTime --law fit's predictor, else the analytic "
+                      "roofline of --hardware)")
   p.add_argument("--mfu", type=float, default=step_time_lib.DEFAULT_MFU,
                  help="roofline compute efficiency, a fraction of peak FLOP/s in (0, 1] "
                       "(default %(default)s)")
@@ -139,6 +143,8 @@ def run(args: argparse.Namespace) -> planner.Plan:
       raise PlanError(f"step-time model {args.step_time_model!r} was measured on "
                       f"{model.fallback.n_devices} devices but --hardware {args.hardware!r} has "
                       f"{hw.n_devices}")
+  elif hw is not None and _fit_step_time(args.law) is not None:
+    model = _fit_model(_fit_step_time(args.law), args.law, hw, args.hardware, table)
   elif hw is not None:
     model = step_time_lib.RooflineStepTime(hw, mfu=mfu, bandwidth_efficiency=bw)
   kw = dict(vocab_size=args.vocab_size, seq_len=args.seq_len, k=args.candidates,
@@ -162,6 +168,40 @@ def run(args: argparse.Namespace) -> planner.Plan:
     else:
       plan = planner.plan_dollars(args.dollars, hw, law, **kw)
   return plan
+
+
+def _fit_step_time(law: str) -> dict | None:
+  """The ``step_time`` section of a fit file given as --law (an IsoTime fit), else None."""
+  if not (isinstance(law, str) and os.path.isfile(law)):
+    return None
+  try:
+    with open(law) as f:
+      d = json.load(f)
+  except (OSError, ValueError):
+    return None
+  sec = d.get("step_time") if isinstance(d, dict) else None
+  return sec if isinstance(sec, dict) else None
+
+
+def _fit_model(section: dict, path: str, hw: hardware_lib.Hardware, spec: str, table: dict):
+  """The fit's step-time predictor (``step_time.model_from_dict``), checked against --hardware:
+  the same device count and accelerator as the steps it was fitted on (PlanError)."""
+  model = step_time_lib.model_from_dict(section, source=path)
+  n = model.hardware.n_devices if hasattr(model, "hardware") else model.n_devices
+  where = f"the step-time predictor of --law {path!r}"
+  if n != hw.n_devices:
+    raise PlanError(f"{where} was fitted on {n} device(s) but --hardware {spec!r} has "
+                    f"{hw.n_devices}; plan for the hardware it measured, or give "
+                    f"--step-time-model")
+  try:
+    fitted_on = hardware_lib.parse_hardware(str(section.get("hardware")), table)
+  except hardware_lib.HardwareError:
+    return model
+  if fitted_on.accelerator.name != hw.accelerator.name:
+    raise PlanError(f"{where} was fitted on {fitted_on.accelerator.display_name} but --hardware "
+                    f"{spec!r} is {hw.accelerator.display_name}; plan for the hardware it "
+                    f"measured, or give --step-time-model")
+  return model
 
 
 def _expose_cpu_devices(n: int) -> None:
