@@ -161,12 +161,19 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.workdir = "runs/ladder"       # results.jsonl, runs/<run_id>/ and fit/ go here
   c.ladder = l = ml_collections.ConfigDict()
+  l.budget_kind = "flops"         # flops: IsoFLOP budgets c_min … c_max | seconds: IsoTime budgets t_min … t_max seconds of training per run on this hardware, several depths per N (chinchax.ladder.isotime; Inbar & Sernau 2024)
   l.c_min = 2.5e10                # smallest IsoFLOP budget C (FLOPs, C = 6ND)
   l.c_max = 8e11                  # largest budget (FLOPs): 1.5 decades above c_min
   l.n_budgets = 5                 # budgets, geometrically spaced from c_min to c_max (2.4× apart: each size gets up to 3 horizons, for Approach 1's envelope)
   l.sizes_per_budget = 5          # model sizes per budget, log-spaced around N_opt(C)
   l.spread = 2.5                  # sizes run from N_opt/spread to N_opt·spread
   l.tokens_per_param = 50.0       # D/N at the grid's centre; byte-level models of 4k–100k params with per-size LR and batch optimise near 25–65 here (20 is Chinchilla's at scale)
+  l.t_min = 4.0                   # seconds: smallest time budget (training seconds of a run; compilation and evals excluded)
+  l.t_max = 40.0                  # seconds: largest time budget
+  l.depths = "1,2,4"              # seconds: n_layers of every N level (d_model chosen to keep N), comma-separated
+  l.flops_per_s = 2e10            # seconds: assumed throughput (6ND FLOPs per second) that centres each budget's N levels on N_opt(T × flops_per_s) and gives the hparams rule its C; the steps come from the step time
+  l.step_time = "probe"           # seconds: probe (time each shape's compiled step before its run, cached per shape and host) | PATH of a step-time file (chinchax.step_time) whose model sets the steps
+  l.probe_steps = 30              # seconds: timed steps of a probe (after 3 untimed); its median sets the run's steps
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
   l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: README)
@@ -203,7 +210,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
 
 
 def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
-  """Named ladder variants: default, gutenberg, tiny (for tests).
+  """Named ladder variants: default, gutenberg, isotime, tiny (for tests).
 
   Raises:
     ConfigError: for an unknown name.
@@ -219,6 +226,12 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     c.train_config.data.update(source="files", paths="../shared/corpora/gutenberg-en/*.txt",
                                tokenizer="bpe", bpe_vocab_size=1024)
     return c
+  if name == "isotime":
+    # 3 time budgets × 3 N levels × 3 depths on one CPU core per worker: equal N, equal seconds.
+    c.workdir = "runs/ladder-isotime"
+    c.ladder.update(budget_kind="seconds", n_budgets=3, sizes_per_budget=3, t_min=4.0,
+                    t_max=40.0, depths="1,2,4")
+    return c
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"
     c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
@@ -228,7 +241,8 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
                                 eval_windows=64, warmup_steps=2, checkpoint_every=10)
     c.train_config.mesh.num_cpu_devices = 0
     return c
-  raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, tiny")
+  raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, isotime, "
+                    f"tiny")
 
 
 def bench_model(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> ml_collections.ConfigDict:

@@ -23,11 +23,16 @@ def describe(plan: worker_lib.LadderPlan) -> None:
   lc = plan.config.ladder
   states = worker_lib.run_states(plan)
   n_done = sum(s == "done" for _, s in states)
-  console.say(f"ladder  {len(plan.runs)} runs over {lc.n_budgets} budgets "
-              f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs; {n_done} already done; "
-              f"results -> {plan.workdir / 'results.jsonl'}")
-  console.say(f"        shapes: the 'ladder' shape rule (n_layers fixed, d_model in steps of 4); "
-              f"hyperparameters: ladder.hparams={lc.hparams!r}; "
+  timed = lc.budget_kind == "seconds"
+  span = (f"T = {lc.t_min:.3g} … {lc.t_max:.3g} s of training" if timed
+          else f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs")
+  console.say(f"ladder  {len(plan.runs)} runs over {lc.n_budgets} budgets {span}; "
+              f"{n_done} already done; results -> {plan.workdir / 'results.jsonl'}")
+  shapes = (f"the 'ladder' shape rule at n_layers {lc.depths} (d_model in steps of 4, "
+            f"≈ equal N across depths); steps = T / step time "
+            f"({'a timed probe of each shape' if lc.step_time == 'probe' else lc.step_time})"
+            if timed else "the 'ladder' shape rule (n_layers fixed, d_model in steps of 4)")
+  console.say(f"        shapes: {shapes}; hyperparameters: ladder.hparams={lc.hparams!r}; "
               f"init: model.init={plan.config.train_config.model.init!r}")
   sparse = sparse_curve_line(plan)
   if sparse:
@@ -36,10 +41,12 @@ def describe(plan: worker_lib.LadderPlan) -> None:
     c = r.counts
     note = "" if state == "pending" else f"  ({state})"
     hp = r.hparams
+    size = (f"T={r.seconds_budget:g}s" if r.seconds_budget is not None
+            else f"D={r.D:,.0f} D/N={r.D / c.total:.1f}")
+    steps = "from its step time" if r.seconds_budget is not None else hp.steps
     console.say(f"        {r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
-                f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} D={r.D:,.0f} "
-                f"D/N={r.D / c.total:.1f} lr={hp.peak_lr:.3g} batch={hp.global_batch_size} "
-                f"steps={hp.steps}{note}")
+                f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} {size} "
+                f"lr={hp.peak_lr:.3g} batch={hp.global_batch_size} steps={steps}{note}")
 
 
 MIN_CURVE_POINTS = 4  # fewer curve evals than this leave Approach 1 few FLOP values to read
@@ -49,7 +56,7 @@ def sparse_curve_line(plan: worker_lib.LadderPlan) -> str | None:
   """A warning when some run would record fewer than :data:`MIN_CURVE_POINTS` curve evals
   (``train.eval_points`` log-spaced from ``train.eval_points_from`` of its steps), else None."""
   t = plan.config.train_config.train
-  if t.eval_points <= 0:
+  if t.eval_points <= 0 or plan.config.ladder.budget_kind == "seconds":  # no Approach 1 there
     return None
   k, fewest = min((len(log_spaced_steps(r.hparams.steps, t.eval_points, t.eval_points_from)), i)
                   for i, r in enumerate(plan.runs))
@@ -102,8 +109,10 @@ def run_ladder(config, devices=None) -> pathlib.Path:
 
     def on_row(row):
       if row["status"] == "done":
+        timed = (f", trained {row['train_time_s']:.1f}s of {row['seconds_budget']:g}s "
+                 f"({row['steps']} steps)" if row.get("train_time_s") is not None else "")
         bar.write(f"        {row['run_id']}: eval loss {row['final_eval_loss']:.4f} nats/token, "
-                  f"{row['tokens_per_s']:,.0f} tokens/s, {row['wall_time_s']:.0f}s")
+                  f"{row['tokens_per_s']:,.0f} tokens/s, {row['wall_time_s']:.0f}s{timed}")
       bar.update(round(row["C_budget"] / 1e9))
 
     def on_claim(r, gen, attempt):

@@ -36,6 +36,9 @@ class LadderRun:
     hparams: its peak LR, batch, β2 and warmup (:class:`chinchax.hparams.HParams`).
     role: ``"grid"`` (a point of an IsoFLOP profile) or ``"validation"`` (the
       run that tests the fitted law; never fitted).
+    seconds_budget: an IsoTime run's budget, seconds of training (its steps are
+      set from its step time, :mod:`chinchax.ladder.isotime`; ``C_budget`` is then
+      the nominal compute its hyperparameters are read at); None on an IsoFLOP grid.
   """
 
   run_id: str
@@ -44,6 +47,7 @@ class LadderRun:
   shape: budget.ModelShape
   hparams: hparams_lib.HParams
   role: str = "grid"
+  seconds_budget: float | None = None
 
   @property
   def counts(self) -> budget.ParamCounts:
@@ -57,7 +61,8 @@ class LadderRun:
 
 def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
              exclude: frozenset[int] = frozenset(), role: str = "grid",
-             prefix: str = "", batch_multiple: int = 1) -> LadderRun:
+             prefix: str = "", batch_multiple: int = 1, n_layers: int | None = None,
+             seconds: float | None = None, shape: budget.ModelShape | None = None) -> LadderRun:
   """The run of budget C nearest ``n_target`` parameters: its shape and hyperparameters.
 
   Args:
@@ -71,10 +76,18 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
     role, prefix: the run's role, and a prefix of its id (``V`` for validation).
     batch_multiple: the data-parallel size: a rule's batch is rounded to the
       nearest positive multiple of it (the steps follow).
+    n_layers: the depth (default: the ``"ladder"`` shape rule's fixed 2); the width
+      is the rule's nearest to ``n_target`` at this depth.
+    seconds: an IsoTime run's budget in seconds (its id ``T<s>s_N<N>_L<n_layers>``).
+    shape: this shape instead of the rule's.
   """
-  shape = shapes_lib.propose_shapes(
-      n_target, vocab_size=vocab_size, seq_len=base_train.seq_len,
-      rule=shapes_lib.PRESETS["ladder"], k=1, exclude=exclude)[0].shape
+  if shape is None:
+    rule = shapes_lib.PRESETS["ladder"]
+    if n_layers is not None:
+      rule = dataclasses.replace(rule, min_layers=int(n_layers))
+    shape = shapes_lib.propose_shapes(
+        n_target, vocab_size=vocab_size, seq_len=base_train.seq_len, rule=rule, k=1,
+        exclude=exclude)[0].shape
   n = budget.param_counts(shape).total
   hp = hparams_lib.hparams_for_run(lc.hparams, n, C, base_train.seq_len,
                                    hparams_lib.Base.from_config(base_train),
@@ -82,8 +95,10 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
   if hp.rule != "fixed" and hp.global_batch_size % batch_multiple:
     gbs = max(batch_multiple, batch_multiple * round(hp.global_batch_size / batch_multiple))
     hp = _with_batch(hp, gbs, C / (6.0 * n), base_train.seq_len)
-  return LadderRun(run_id=f"{prefix}C{C:.2e}_N{n}", C_budget=float(C), N_target=float(n_target),
-                   shape=shape, hparams=hp, role=role)
+  run_id = (f"{prefix}C{C:.2e}_N{n}" if seconds is None
+            else f"{prefix}T{seconds:.3g}s_N{n}_L{shape.n_layers}")
+  return LadderRun(run_id=run_id, C_budget=float(C), N_target=float(n_target), shape=shape,
+                   hparams=hp, role=role, seconds_budget=seconds)
 
 
 def plan_runs(lc, base_train, vocab_size: int, batch_multiple: int = 1) -> list[LadderRun]:
@@ -142,9 +157,62 @@ def data_parallel_size(base, n_devices: int) -> int:
   return int(mesh["data"] * mesh["fsdp"])
 
 
+BUDGET_KINDS = ("flops", "seconds")
+
+
+def parse_depths(text) -> tuple[int, ...]:
+  """``ladder.depths`` (``"1,2,4"``) as distinct n_layers, ascending.
+
+  Raises:
+    ConfigError: not a comma-separated list of positive integers.
+  """
+  parts = [p.strip() for p in str(text).split(",") if p.strip()]
+  try:
+    depths = sorted({int(p) for p in parts})
+  except ValueError:
+    depths = []
+  if not depths or depths[0] < 1 or len(depths) != len(parts):
+    raise config_lib.ConfigError(
+        f"ladder.depths={text!r} must be distinct positive integers separated by commas "
+        f"(n_layers at every N level), e.g. '1,2,4'")
+  return tuple(depths)
+
+
+def validate_time_budgets(lc) -> None:
+  """Checks an IsoTime ladder's knobs (``ladder.budget_kind=seconds``).
+
+  Raises:
+    ConfigError: a time budget that is not a positive number of seconds, t_max
+      below t_min, bad depths, throughput, step-time source or probe length, or
+      a wsd schedule (an IsoTime run's steps are known only once its step is timed).
+  """
+  E = config_lib.ConfigError
+  for k in ("t_min", "t_max", "flops_per_s"):
+    v = lc[k]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+      what = "seconds of training" if k != "flops_per_s" else "FLOPs per second"
+      raise E(f"ladder.{k}={v!r} must be a positive number of {what}")
+  if lc.t_max < lc.t_min:
+    raise E(f"ladder.t_max={lc.t_max:g} s is below ladder.t_min={lc.t_min:g} s")
+  parse_depths(lc.depths)
+  if lc.step_time != "probe" and not pathlib.Path(str(lc.step_time)).expanduser().is_file():
+    raise E(f"ladder.step_time={lc.step_time!r} must be 'probe' or the path of a step-time "
+            f"file (chinchax.step_time); no such file")
+  if not isinstance(lc.probe_steps, int) or lc.probe_steps < 3:
+    raise E(f"ladder.probe_steps={lc.probe_steps!r} must be an integer >= 3")
+  if lc.schedule != "cosine":
+    raise E(f"ladder.schedule={lc.schedule!r} needs ladder.budget_kind='flops'; an IsoTime "
+            f"ladder trains every run on its own cosine cycle (schedule='cosine')")
+
+
 def validate_ladder(lc) -> None:
   """Checks the ladder section (grid and workers); raises ConfigError naming the bad value."""
   E = config_lib.ConfigError
+  if lc.budget_kind not in BUDGET_KINDS:
+    raise E(f"ladder.budget_kind={lc.budget_kind!r} is not one of "
+            f"{', '.join(map(repr, BUDGET_KINDS))}")
+  if lc.budget_kind == "seconds":
+    validate_time_budgets(lc)
   for k in ("c_min", "c_max", "tokens_per_param", "spread"):
     if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] <= 0:
       raise E(f"ladder.{k}={lc[k]!r} must be a positive number")

@@ -27,32 +27,37 @@ def worker_command(argv: list[str]) -> list[str]:
   return [sys.executable, "-m", "chinchax.cli", "ladder", *argv, *WORKER_FLAGS]
 
 
-def _cores(k: int, pin: bool) -> list[set[int] | None]:
-  """CPU core set of each of ``k`` workers (None: not pinned)."""
+def _cores(k: int, pin: bool, available: set[int] | None = None) -> list[set[int] | None]:
+  """CPU core set of each of ``k`` workers (None: not pinned), from ``available`` (default:
+  this process's)."""
   if not pin or not hasattr(os, "sched_getaffinity"):
     return [None] * k
-  cores = sorted(os.sched_getaffinity(0))
+  cores = sorted(os.sched_getaffinity(0) if available is None else available)
   if len(cores) < k:
     return [None] * k
   return [{cores[i]} for i in range(k)]
 
 
-def run_local_workers(argv: list[str], k: int, pin: bool = True) -> int:
+def run_local_workers(argv: list[str], k: int, pin: bool = True,
+                      available: set[int] | None = None) -> int:
   """Runs ``k`` worker processes to the end; returns 0, 75 (one was preempted) or a failure code.
 
   Args:
     argv: the ``chinchax ladder`` arguments (the worker flags are appended).
     k: number of workers.
     pin: pin worker i to core i (when there are at least k cores).
+    available: the cores to pin to (default: this process's; an IsoTime ladder's main
+      process passes the machine's, having pinned itself to the first).
   """
   cmd = worker_command(argv)
   procs = []
-  for i, cores in enumerate(_cores(k, pin)):
+  placement = _cores(k, pin, available)
+  for i, cores in enumerate(placement):
     env = dict(os.environ, CHINCHAX_LADDER_WORKER=str(i))
     preexec = (lambda c=cores: os.sched_setaffinity(0, c)) if cores else None
     procs.append(subprocess.Popen(cmd, env=env, preexec_fn=preexec))
   where = ", ".join(f"pid {p.pid}" + (f" on core {min(c)}" if c else "")
-                    for p, c in zip(procs, _cores(k, pin)))
+                    for p, c in zip(procs, placement))
   console.say(f"ladder  {k} local workers: {where}")
 
   def forward(signum, frame):

@@ -18,8 +18,10 @@ import json
 import pathlib
 
 from chinchax import console
+from chinchax import errors
 from chinchax import laws
 import chinchax.ladder.grid as grid
+import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib
 import chinchax.ladder.worker as worker_lib
 
@@ -42,6 +44,25 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
 
 def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
                    owner: str | None = None) -> dict | None:
+  """Trains (or finds) the validation run of an IsoFLOP or an IsoTime ladder (see
+  :func:`train_validation`); returns its row, or None when it cannot run."""
+  if plan.config.ladder.budget_kind == "seconds":
+    try:
+      run, prediction = isotime.plan_validation(plan, fit_json)
+    except (OSError, ValueError, errors.UserError) as e:
+      console.warn(f"no validation run: cannot plan it from {fit_json} ({e})")
+      return None
+    return train_validation(plan, run, owner, extra=prediction)
+  try:
+    run = plan_validation(plan, fit_json)
+  except (OSError, ValueError) as e:
+    console.warn(f"no validation run: cannot read a law from {fit_json} ({e})")
+    return None
+  return train_validation(plan, run, owner)
+
+
+def train_validation(plan: worker_lib.LadderPlan, run: grid.LadderRun,
+                     owner: str | None = None, extra: dict | None = None) -> dict | None:
   """Trains (or finds) the validation run; returns its row, or None when it cannot run.
 
   A finished row of the same run in the table is returned as is (a rerun of
@@ -51,20 +72,18 @@ def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
   ``ladder.min_steps`` steps, more tokens than the corpus) is skipped with a
   warning.
 
+  ``extra`` (an IsoTime run's predicted loss and step time) is written into
+  its row.
+
   Raises:
     Preempted, KeyboardInterrupt: as for a grid run (its lease is released).
   """
-  try:
-    run = plan_validation(plan, fit_json)
-  except (OSError, ValueError) as e:
-    console.warn(f"no validation run: cannot read a law from {fit_json} ({e})")
-    return None
   table = plan.table
   table.refresh()
   row = table.row(run.run_id)
   if row is not None and row.get("status") == "done":
     return row
-  if run.hparams.steps < plan.config.ladder.min_steps:
+  if run.seconds_budget is None and run.hparams.steps < plan.config.ladder.min_steps:
     console.warn(f"no validation run: {run.run_id} would take only {run.hparams.steps} steps "
                  f"(ladder.min_steps={plan.config.ladder.min_steps})")
     return None
@@ -80,12 +99,17 @@ def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
     return None
   held.attempt = (row or {}).get("attempts", 0) + 1
   held.beat()
+  if run.seconds_budget is None:
+    size = f"D={run.D:,.0f} (C = {plan.config.ladder.validate_factor:g} × the largest budget)"
+  else:
+    size = (f"{run.seconds_budget:g} s ({plan.config.ladder.validate_factor:g} × the largest "
+            f"budget), predicted loss {extra['predicted_loss']:.4f}")
   console.say(f"ladder  validation run {run.run_id}: d_model={run.shape.d_model} "
-              f"n_layers={run.shape.n_layers} N={run.counts.total:,} D={run.D:,.0f} "
-              f"(C = {plan.config.ladder.validate_factor:g} × the largest budget)")
+              f"n_layers={run.shape.n_layers} N={run.counts.total:,} {size}")
   row = worker_lib.run_under_lease(plan, run, held, plan.config.ladder.heartbeat_s)
   if row is None:
     return None
+  row.update(extra or {})
   table.upsert(row)
   held.release()
   if row["status"] != "done":

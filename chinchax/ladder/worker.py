@@ -30,184 +30,18 @@ import pathlib
 import signal
 import threading
 import time
-import traceback
 
-import jax
-
-from chinchax import budget
-from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
-from chinchax import train as train_lib
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.lease as lease_lib
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.wsd as wsd_lib
+from chinchax.ladder.plan import GRID_FILE, LadderPlan, check_corpus, prepare  # noqa: F401
+from chinchax.ladder.trainrun import train_run
 
-GRID_FILE = "grid.json"
 FIT_CLAIMS_DIR = "fit-claims"
-
-
-@dataclasses.dataclass
-class LadderPlan:
-  """A validated ladder: its runs (grid order), workdir, base config and devices."""
-
-  config: object
-  runs: list[grid.LadderRun]
-  workdir: pathlib.Path
-  devices: list
-  vocab: int
-  wsd_plans: list | None = None
-
-  def run_config(self, r: grid.LadderRun):
-    """The training config of run ``r``: cosine (``grid.run_config``), a wsd trunk or a
-    cooldown (``wsd.run_config``); the validation run trains directly on its schedule."""
-    base = self.config.train_config
-    if self.wsd_plans is None:
-      return grid.run_config(base, r, self.workdir)
-    if r.role == "validation":
-      c = grid.run_config(base, r, self.workdir)
-      c.train.update(schedule="wsd", decay_fraction=self.config.ladder.cooldown_fraction)
-      return c
-    return wsd_lib.run_config(base, self.wsd_plans, r, self.workdir)
-
-  def ready(self, r: grid.LadderRun) -> bool:
-    """Whether ``r`` can start now (a wsd cooldown waits for its trunk's branch checkpoint)."""
-    return (self.wsd_plans is None or r.role == "validation"
-            or wsd_lib.ready(self.wsd_plans, r, self.workdir))
-
-  @property
-  def table(self) -> table_lib.ResultsTable:
-    return table_lib.ResultsTable(self.workdir / "results.jsonl", [r.run_id for r in self.runs])
-
-  def leases(self, owner: str) -> lease_lib.Leases:
-    return lease_lib.Leases(self.workdir / lease_lib.LEASES_DIR, owner,
-                            self.config.ladder.lease_expiry_s)
-
-
-def prepare(config, devices=None, check_data: bool = True, write: bool = True) -> LadderPlan:
-  """Validates the ladder, plans its runs and (``check_data``) checks the corpus up front.
-
-  With ``write`` (a ladder that will run), creates the workdir and writes
-  ``grid.json`` (the run ids) into it; without (``ladder.status``, a read-only
-  query), writes nothing.
-
-  Raises:
-    ConfigError: invalid ladder or training config, a run shorter than
-      ``ladder.min_steps`` under its hyperparameter rule, a corpus too small
-      for the largest D.
-    DataError: the corpus cannot be read.
-  """
-  lc = config.ladder
-  grid.validate_ladder(lc)
-  base = config.train_config
-  config_lib.validate(base)
-  devices = list(jax.devices() if devices is None else devices)
-  workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
-  spec0 = train_lib.resolve(base, len(devices))
-  runs = grid.plan_runs(lc, base.train, spec0.model.vocab_size,
-                        batch_multiple=grid.data_parallel_size(base, len(devices)))
-  short = [r for r in runs if r.hparams.steps < lc.min_steps]
-  if short:
-    r = short[0]
-    raise config_lib.ConfigError(
-        f"budget C={r.C_budget:.3g} gives run {r.run_id} only {r.hparams.steps} steps of "
-        f"{r.hparams.global_batch_size}×{base.train.seq_len} tokens "
-        f"(ladder.min_steps={lc.min_steps}, ladder.hparams={lc.hparams!r}); raise ladder.c_min "
-        f"or shrink the batch")
-  wsd_plans = (wsd_lib.plan_shapes(runs, None, lc.cooldown_fraction, base.train.warmup_steps)
-               if lc.schedule == "wsd" else None)
-  plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, wsd_plans)
-  if check_data:
-    check_corpus(plan, runs)
-  if write:
-    workdir.mkdir(parents=True, exist_ok=True)
-    files.write_atomic(workdir / GRID_FILE, json.dumps([r.run_id for r in runs]))
-  return plan
-
-
-def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
-  """Builds (or loads) the token store and checks it feeds every run of ``runs`` without
-  repetition (unless ``data.allow_repeat``).
-
-  Raises:
-    ConfigError: a run needs more than one epoch of the training split.
-    DataError: the corpus cannot be read.
-  """
-  base = plan.config.train_config
-  spec0 = train_lib.resolve(base, len(plan.devices))
-  first = plan.run_config(runs[0])
-  one_step = dataclasses.replace(spec0, steps=1, tokens=spec0.tokens_per_step)
-  try:
-    split = train_lib.prepare_data(first, one_step).train_split
-  except OSError:  # workers started together built the same token store; it is complete now
-    time.sleep(1.0)
-    split = train_lib.prepare_data(first, one_step).train_split
-  n_windows = (split.n_tokens - 1) // base.train.seq_len
-  for r in runs:
-    need = r.hparams.steps * r.hparams.global_batch_size
-    if need > n_windows and not base.data.allow_repeat:
-      raise config_lib.ConfigError(
-          f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,}) needs D={r.D:,.0f} "
-          f"tokens = {need / n_windows:.2f} epochs of the {split.n_tokens:,}-token training "
-          f"split; lower ladder.c_max or set train_config.data.allow_repeat=True")
-
-
-def _eval_curve(workdir: pathlib.Path, n_params: int, tokens_per_step: int) -> list[list[float]]:
-  """[[FLOPs seen (6·N·tokens), eval loss], ...] from a run's metrics.jsonl."""
-  curve = []
-  path = workdir / "metrics.jsonl"
-  if path.exists():
-    for line in path.read_text().splitlines():
-      row = json.loads(line)
-      if "eval_loss" in row:
-        curve.append([6.0 * n_params * row["step"] * tokens_per_step, row["eval_loss"]])
-  return curve
-
-
-def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> dict:
-  """Trains (or resumes) one run; returns its row, ``done`` or ``failed`` (never raises for a
-  failed run).
-
-  Raises:
-    Preempted: a preemption request stopped the run after a checkpoint.
-    KeyboardInterrupt: Ctrl-C.
-  """
-  base = plan.config.train_config
-  cfg = plan.run_config(r)
-  cfg.train.progress = False
-  t0 = time.time()
-  hp = r.hparams
-  row = {"run_id": r.run_id, "role": r.role, "C_budget": r.C_budget, "N": r.counts.total,
-         "N_non_embedding": r.counts.non_embedding,
-         "shape": {"d_model": r.shape.d_model, "n_layers": r.shape.n_layers,
-                   "n_heads": r.shape.n_heads, "d_ff": r.shape.d_ff, "vocab_size": plan.vocab,
-                   "seq_len": base.train.seq_len},
-         "hparams": {"rule": hp.rule, "peak_lr": cfg.train.peak_lr,
-                     "global_batch_size": cfg.train.global_batch_size, "b2": cfg.train.b2,
-                     "warmup_steps": cfg.train.warmup_steps},
-         "attempts": attempt, "worker": owner}
-  try:
-    summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
-    row.update({
-        "status": "done", "D": summary["tokens"], "steps": summary["steps"],
-        "C_6nd": budget.flops_6nd(r.counts.total, summary["tokens"]),
-        "C_appendix_f": budget.chinchilla_flops_per_token(r.shape) * summary["tokens"],
-        "final_train_loss": summary["final_train_loss"],
-        "final_eval_loss": summary["final_eval_loss"],
-        "final_eval_loss_se": summary.get("final_eval_loss_se"),
-        "final_eval_bits_per_byte": summary["final_eval_bits_per_byte"],
-        "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total,
-                                  cfg.train.global_batch_size * cfg.train.seq_len),
-        "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
-        "mfu": summary["mfu"], "resumed": summary.get("resumed", False)})
-  except (KeyboardInterrupt, distributed_lib.Preempted):
-    raise
-  except Exception as e:  # one failed run must not stop the ladder
-    row.update({"status": "failed", "error": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=5), "wall_time_s": time.time() - t0})
-  return row
 
 
 class _Heartbeat:

@@ -1,0 +1,146 @@
+"""A validated ladder: its runs, workdir, base config and devices (:func:`prepare`).
+
+``prepare`` plans the grid (IsoFLOP, :mod:`chinchax.ladder.grid`, or IsoTime,
+:mod:`chinchax.ladder.isotime`), checks the corpus feeds it, and writes
+``grid.json``; :class:`LadderPlan` gives each run its training config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+
+import jax
+
+from chinchax import config as config_lib
+from chinchax import train as train_lib
+import chinchax.ladder.files as files
+import chinchax.ladder.grid as grid
+import chinchax.ladder.isotime as isotime
+import chinchax.ladder.lease as lease_lib
+import chinchax.ladder.table as table_lib
+import chinchax.ladder.wsd as wsd_lib
+
+GRID_FILE = "grid.json"
+
+
+@dataclasses.dataclass
+class LadderPlan:
+  """A validated ladder: its runs (grid order), workdir, base config and devices."""
+
+  config: object
+  runs: list[grid.LadderRun]
+  workdir: pathlib.Path
+  devices: list
+  vocab: int
+  wsd_plans: list | None = None
+
+  def run_config(self, r: grid.LadderRun, steps: int | None = None):
+    """The training config of run ``r``: cosine (``grid.run_config``), a wsd trunk or a
+    cooldown (``wsd.run_config``); the validation run trains directly on its schedule. An
+    IsoTime run takes ``steps`` (its time plan's; default: the nominal steps of its rule)."""
+    base = self.config.train_config
+    if r.seconds_budget is not None:
+      return isotime.run_config(base, r, self.workdir, steps or r.hparams.steps)
+    if self.wsd_plans is None:
+      return grid.run_config(base, r, self.workdir)
+    if r.role == "validation":
+      c = grid.run_config(base, r, self.workdir)
+      c.train.update(schedule="wsd", decay_fraction=self.config.ladder.cooldown_fraction)
+      return c
+    return wsd_lib.run_config(base, self.wsd_plans, r, self.workdir)
+
+  def ready(self, r: grid.LadderRun) -> bool:
+    """Whether ``r`` can start now (a wsd cooldown waits for its trunk's branch checkpoint)."""
+    return (self.wsd_plans is None or r.role == "validation"
+            or wsd_lib.ready(self.wsd_plans, r, self.workdir))
+
+  @property
+  def table(self) -> table_lib.ResultsTable:
+    return table_lib.ResultsTable(self.workdir / "results.jsonl", [r.run_id for r in self.runs])
+
+  def leases(self, owner: str) -> lease_lib.Leases:
+    return lease_lib.Leases(self.workdir / lease_lib.LEASES_DIR, owner,
+                            self.config.ladder.lease_expiry_s)
+
+
+def prepare(config, devices=None, check_data: bool = True, write: bool = True) -> LadderPlan:
+  """Validates the ladder, plans its runs and (``check_data``) checks the corpus up front.
+
+  With ``write`` (a ladder that will run), creates the workdir and writes
+  ``grid.json`` (the run ids) into it; without (``ladder.status``, a read-only
+  query), writes nothing.
+
+  An IsoTime ladder (``ladder.budget_kind = "seconds"``) plans its grid with
+  :func:`chinchax.ladder.isotime.plan_runs` and, with ``check_data``, checks
+  that its runs fit ``ladder.min_steps`` steps in their budgets
+  (:func:`chinchax.ladder.isotime.check_budgets`: one probe).
+
+  Raises:
+    ConfigError: invalid ladder or training config, a run shorter than
+      ``ladder.min_steps`` under its hyperparameter rule (or, IsoTime, in its
+      time budget), a corpus too small for the largest D.
+    DataError: the corpus cannot be read.
+  """
+  lc = config.ladder
+  grid.validate_ladder(lc)
+  base = config.train_config
+  config_lib.validate(base)
+  devices = list(jax.devices() if devices is None else devices)
+  workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
+  spec0 = train_lib.resolve(base, len(devices))
+  timed = lc.budget_kind == "seconds"
+  runs = (isotime.plan_runs if timed else grid.plan_runs)(
+      lc, base.train, spec0.model.vocab_size,
+      batch_multiple=grid.data_parallel_size(base, len(devices)))
+  short = [] if timed else [r for r in runs if r.hparams.steps < lc.min_steps]
+  if short:
+    r = short[0]
+    raise config_lib.ConfigError(
+        f"budget C={r.C_budget:.3g} gives run {r.run_id} only {r.hparams.steps} steps of "
+        f"{r.hparams.global_batch_size}×{base.train.seq_len} tokens "
+        f"(ladder.min_steps={lc.min_steps}, ladder.hparams={lc.hparams!r}); raise ladder.c_min "
+        f"or shrink the batch")
+  wsd_plans = (wsd_lib.plan_shapes(runs, None, lc.cooldown_fraction, base.train.warmup_steps)
+               if lc.schedule == "wsd" else None)
+  plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, wsd_plans)
+  if check_data:
+    check_corpus(plan, runs)
+  if write:
+    workdir.mkdir(parents=True, exist_ok=True)
+  if check_data and timed:
+    isotime.check_budgets(plan)
+  if write:
+    workdir.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(workdir / GRID_FILE, json.dumps([r.run_id for r in runs]))
+  return plan
+
+
+def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
+  """Builds (or loads) the token store and checks it feeds every run of ``runs`` without
+  repetition (unless ``data.allow_repeat``).
+
+  Raises:
+    ConfigError: a run needs more than one epoch of the training split.
+    DataError: the corpus cannot be read.
+  """
+  base = plan.config.train_config
+  spec0 = train_lib.resolve(base, len(plan.devices))
+  first = plan.run_config(runs[0])
+  one_step = dataclasses.replace(spec0, steps=1, tokens=spec0.tokens_per_step)
+  try:
+    split = train_lib.prepare_data(first, one_step).train_split
+  except OSError:  # workers started together built the same token store; it is complete now
+    time.sleep(1.0)
+    split = train_lib.prepare_data(first, one_step).train_split
+  n_windows = (split.n_tokens - 1) // base.train.seq_len
+  for r in runs:
+    need = r.hparams.steps * r.hparams.global_batch_size
+    if need > n_windows and not base.data.allow_repeat:
+      raise config_lib.ConfigError(
+          f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,}) needs D={r.D:,.0f} "
+          f"tokens = {need / n_windows:.2f} epochs of the {split.n_tokens:,}-token training "
+          f"split; lower ladder.c_max or set train_config.data.allow_repeat=True")

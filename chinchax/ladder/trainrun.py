@@ -1,0 +1,83 @@
+"""Training one ladder run and building its results row (``done`` or ``failed``)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import traceback
+
+from chinchax import budget
+from chinchax import distributed as distributed_lib
+from chinchax import errors
+from chinchax import train as train_lib
+import chinchax.ladder.grid as grid
+import chinchax.ladder.isotime as isotime
+from chinchax.ladder.plan import LadderPlan
+
+
+def _eval_curve(workdir: pathlib.Path, n_params: int, tokens_per_step: int) -> list[list[float]]:
+  """[[FLOPs seen (6·N·tokens), eval loss], ...] from a run's metrics.jsonl."""
+  curve = []
+  path = workdir / "metrics.jsonl"
+  if path.exists():
+    for line in path.read_text().splitlines():
+      row = json.loads(line)
+      if "eval_loss" in row:
+        curve.append([6.0 * n_params * row["step"] * tokens_per_step, row["eval_loss"]])
+  return curve
+
+
+def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> dict:
+  """Trains (or resumes) one run; returns its row, ``done`` or ``failed`` (never raises for a
+  failed run).
+
+  Raises:
+    Preempted: a preemption request stopped the run after a checkpoint.
+    KeyboardInterrupt: Ctrl-C.
+  """
+  base = plan.config.train_config
+  tp = None
+  if r.seconds_budget is not None:  # an IsoTime run: its steps are fixed before it starts
+    try:
+      tp = isotime.time_plan(plan, r)
+    except (errors.UserError, OSError) as e:
+      return {"run_id": r.run_id, "role": r.role, "C_budget": r.C_budget, "N": r.counts.total,
+              "budget_kind": "seconds", "seconds_budget": r.seconds_budget,
+              "status": "failed", "error": f"{type(e).__name__}: {e}", "attempts": attempt,
+              "worker": owner, "wall_time_s": 0.0}
+  cfg = plan.run_config(r, steps=tp["steps"] if tp else None)
+  cfg.train.progress = False
+  t0 = time.time()
+  hp = r.hparams
+  row = {"run_id": r.run_id, "role": r.role, "C_budget": r.C_budget, "N": r.counts.total,
+         "N_non_embedding": r.counts.non_embedding,
+         "shape": {"d_model": r.shape.d_model, "n_layers": r.shape.n_layers,
+                   "n_heads": r.shape.n_heads, "d_ff": r.shape.d_ff, "vocab_size": plan.vocab,
+                   "seq_len": base.train.seq_len},
+         "hparams": {"rule": hp.rule, "peak_lr": cfg.train.peak_lr,
+                     "global_batch_size": cfg.train.global_batch_size, "b2": cfg.train.b2,
+                     "warmup_steps": cfg.train.warmup_steps},
+         "attempts": attempt, "worker": owner}
+  try:
+    summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
+    row.update({
+        "status": "done", "D": summary["tokens"], "steps": summary["steps"],
+        "C_6nd": budget.flops_6nd(r.counts.total, summary["tokens"]),
+        "C_appendix_f": budget.chinchilla_flops_per_token(r.shape) * summary["tokens"],
+        "final_train_loss": summary["final_train_loss"],
+        "final_eval_loss": summary["final_eval_loss"],
+        "final_eval_loss_se": summary.get("final_eval_loss_se"),
+        "final_eval_bits_per_byte": summary["final_eval_bits_per_byte"],
+        "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total,
+                                  cfg.train.global_batch_size * cfg.train.seq_len),
+        "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
+        "mfu": summary["mfu"], "resumed": summary.get("resumed", False)})
+    if tp is not None:
+      row.update(isotime.row_fields(plan, r, tp, summary, cfg))
+  except (KeyboardInterrupt, distributed_lib.Preempted):
+    raise
+  except Exception as e:  # one failed run must not stop the ladder
+    row.update({"status": "failed", "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=5), "wall_time_s": time.time() - t0})
+  return row
