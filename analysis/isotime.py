@@ -112,8 +112,9 @@ def _check_row(row: dict, path: str) -> dict:
 
 
 def grid_rows(path: str) -> tuple[list[dict], dict]:
-  """The fitted rows of an IsoTime table (done, budget_kind "seconds", not validation) and
-  counts {"n_failed", "n_validation", "n_other"}.
+  """The fitted rows of an IsoTime table (done, budget_kind "seconds", not validation, with a
+  measured step_time_s) and counts {"n_failed", "n_validation", "n_other", "untimed" (run ids
+  of done grid runs without a measured step time, left out)}.
 
   Raises:
     ResultsError: no seconds rows (not an IsoTime table), fewer than :data:`MIN_RUNS` fitted
@@ -125,10 +126,12 @@ def grid_rows(path: str) -> tuple[list[dict], dict]:
     raise ResultsError(f"{path}: no row has \"budget_kind\": \"seconds\", so this is not an "
                        f"IsoTime table; fit an IsoFLOP table with the Chinchilla approaches")
   done = [r for r in sec if r.get("status") == "done"]
-  fitted = [_check_row(r, path) for r in done if not _is_validation(r)]
+  grid = [r for r in done if not _is_validation(r)]
+  untimed = [str(r["run_id"]) for r in grid if r.get("step_time_s") is None]
+  fitted = [_check_row(r, path) for r in grid if r.get("step_time_s") is not None]
   counts = {"n_failed": sum(r.get("status") == "failed" for r in sec),
             "n_validation": sum(_is_validation(r) for r in done),
-            "n_other": len(rows) - len(sec)}
+            "n_other": len(rows) - len(sec), "untimed": untimed}
   if len(fitted) < MIN_RUNS:
     raise ResultsError(f"{path}: only {len(fitted)} finished IsoTime grid runs "
                        f"({counts['n_failed']} failed); fitting step time and loss needs at "
@@ -306,6 +309,9 @@ def fit_isotime(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   out = os.fspath(out_dir) if out_dir else default_out_dir(path)
   paths_lib.check_writable_dir(out, "fit output directory")
   rows, counts = grid_rows(path)
+  if counts["untimed"]:
+    tell(f"{len(counts['untimed'])} done run(s) have no measured step_time_s and are left out: "
+         f"{', '.join(counts['untimed'][:5])}{' …' if len(counts['untimed']) > 5 else ''}")
   say(f"IsoTime table {path}: {len(rows)} finished grid runs ({counts['n_failed']} failed, "
       f"{counts['n_validation']} validation run(s) held out)")
   try:

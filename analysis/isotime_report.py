@@ -75,7 +75,9 @@ def markdown(data: dict) -> str:
            f"Table `{data['source']}`: {data['n_runs']} finished grid runs on "
            f"{data['n_shapes']} shapes, budgets {', '.join(f'{b:g}' for b in data['budgets_s'])}"
            f" s ({data['n_failed']} failed; {data['n_validation']} validation run(s) held out, "
-           f"never fitted).", "",
+           f"never fitted"
+           + (f"; {len(data['untimed'])} without a measured step time left out"
+              if data.get("untimed") else "") + ").", "",
            "## Step-time predictors (leave one shape out)", "",
            "Predictors of \"Time Matters\" (Inbar & Sernau 2024, arXiv 2406.18922): each fitted "
            "one is fitted on the other shapes and predicts the held-out shape's seconds per "

@@ -134,11 +134,20 @@ def _fitted(rows: list[dict], predictor: str, groups: list[tuple]) -> dict:
           "heldout_predictions_s": pred.tolist()}
 
 
+def roofline_hardware(row: dict, table: dict) -> hardware_lib.Hardware:
+  """The row's accelerator (its ``hardware`` spec) on the row's ``n_devices`` devices."""
+  hw = hardware_lib.parse_hardware(str(row.get("hardware")), table)
+  n = int(row.get("n_devices", hw.n_devices))
+  if n == hw.n_devices:
+    return hw
+  return hardware_lib.Hardware(hw.accelerator, n, f"{n}x{hw.accelerator.name}")
+
+
 def _roofline(rows: list[dict], table: dict) -> dict:
   y = np.array([float(r["step_time_s"]) for r in rows])
   pred = []
   for r in rows:
-    hw = hardware_lib.parse_hardware(str(r["hardware"]), table)
+    hw = roofline_hardware(r, table)
     model = step_time_lib.RooflineStepTime(hw, profile=row_profile(r))
     pred.append(model.predict(*row_shape(r)))
   pred = np.asarray(pred)
@@ -211,6 +220,10 @@ def step_time_section(predictors: dict, chosen: str, rows: list[dict]) -> dict:
          "fallback_from": chosen if name != chosen else None}
   if name == "roofline":
     sec.update(p["coefficients"])
+    if sec["hardware"] and sec["n_devices"] > 1:
+      sec["hardware"] = roofline_hardware(
+          {"hardware": sec["hardware"], "n_devices": sec["n_devices"]},
+          hardware_lib.load_accelerators()).spec
   else:
     c = p["coefficients"]
     sec.update({"intercept_s": c["intercept_s"], "s_per_flop": c.get("s_per_flop", 0.0),

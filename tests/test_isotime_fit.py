@@ -305,6 +305,28 @@ def test_a_later_row_of_a_run_replaces_an_earlier_one(tmp_path, law_file):
   assert d["n_runs"] == 24 and d["n_failed"] == 0
 
 
+def test_untimed_runs_are_left_out_with_a_warning(tmp_path, law_file):
+  rows = make_rows("bytes")
+  rows[3]["step_time_s"] = None
+  warnings = []
+  d = isotime.fit_isotime(write_table(tmp_path / "t.jsonl", rows), tmp_path / "fit",
+                          law_path=law_file, log=None, warn=warnings.append, figures=False)
+  assert d["n_runs"] == 23 and d["untimed"] == [rows[3]["run_id"]]
+  assert any(rows[3]["run_id"] in w for w in warnings)
+
+
+def test_roofline_runs_on_the_rows_devices(tmp_path, law_file):
+  rows = make_rows("bytes")
+  for r in rows:
+    r["n_devices"] = 2
+  d = fit(tmp_path, rows, law_file)
+  hw = hardware_lib.parse_hardware("cpux2")
+  for r, t in zip(d["runs"], d["predictors"]["roofline"]["heldout_predictions_s"]):
+    s = shape_near(r["N_target"], r["n_layers"])
+    assert t == pytest.approx(step_time.RooflineStepTime(hw, profile=PROFILE).predict(s, GBS))
+  assert d["step_time"]["n_devices"] == 2
+
+
 # ------------------------------------------------------------------ bad input
 
 
