@@ -14,10 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 
 import jax
 
+from analysis import isotime as isotime_fit
 from analysis import pipeline as fit_pipeline
 from chinchax import config as config_lib
 from chinchax import console
@@ -25,25 +27,52 @@ from chinchax import distributed as distributed_lib
 from chinchax import errors
 from chinchax import ladder as ladder_lib
 from chinchax import runtime
+from chinchax.cli import fit as fit_cli
 from chinchax.cli import flags as flags_lib
 
 
 def _fit(config, table, devices=None) -> None:
-  """Approaches 1–3 on the table into ``fit/`` beside it, then (``ladder.validate``) the
-  validation run on ``devices`` (default: all) and its comparison; a fit that fails keeps
-  the runs."""
+  """Approaches 1–3 (an IsoTime ladder: the step-time predictors, loss from shape and time,
+  wider vs deeper; ``analysis.isotime``) on the table into ``fit/`` beside it, then
+  (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison;
+  a fit that fails keeps the runs."""
   lc = config.ladder
+  timed = lc.budget_kind == "seconds"
+  out = table.parent / "fit"
   try:
-    fit_pipeline.fit_results(table, table.parent / "fit", n_bootstrap=lc.bootstrap,
-                             log=console.say, warn=console.warn)
+    if timed:
+      t = config.train_config.train
+      vocab = ladder_lib.prepare(config, devices, check_data=False, write=False).vocab
+      isotime_fit.fit_isotime(table, out, flop_shape=fit_cli.ladder_flop_shape(vocab, t.seq_len),
+                              log=console.say, warn=console.warn)
+    else:
+      fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=console.say,
+                               warn=console.warn)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
     return
   if not lc.validate:
     return
   plan = ladder_lib.prepare(config, devices, check_data=False)
-  if ladder_lib.run_validation(plan, table.parent / "fit" / "fit.json") is not None:
-    fit_pipeline.add_validation(table, table.parent / "fit", log=console.say)
+  if ladder_lib.run_validation(plan, out / "fit.json") is not None:
+    if timed:
+      isotime_fit.add_isotime_validation(table, out, log=console.say)
+    else:
+      fit_pipeline.add_validation(table, out, log=console.say)
+
+
+def _pin_to_first_core(lc) -> set[int] | None:
+  """An IsoTime ladder with local workers: this process (the probe at start, the validation run
+  at the end) runs pinned to one core like each worker, so that every step time is measured on
+  the same hardware. Before JAX starts, so its threads inherit it. Returns the cores this
+  process had (the workers' to share), or None when it stays unpinned."""
+  if (lc.budget_kind == "seconds" and lc.workers > 1 and not lc.worker and lc.pin_cpus
+          and hasattr(os, "sched_getaffinity")):
+    cores = set(os.sched_getaffinity(0))
+    if len(cores) >= lc.workers:
+      os.sched_setaffinity(0, {min(cores)})
+      return cores
+  return None
 
 
 def main(argv: list[str]) -> int:
@@ -63,6 +92,7 @@ def main(argv: list[str]) -> int:
   config_lib.validate(config.train_config)
   local_workers = lc.workers > 1 and not lc.worker
   n_cpu = config.train_config.mesh.num_cpu_devices
+  machine_cores = _pin_to_first_core(lc)
   # With local workers this process trains only the validation run, after them: on CPU it takes
   # one device per worker's core (data parallel), which is 1.3x faster than one device on the
   # same cores (benchmarks/ladder_acceptance.sh; README, "The miniature ladder").
@@ -79,10 +109,14 @@ def main(argv: list[str]) -> int:
   if local_workers:
     plan = ladder_lib.prepare(config, worker_devices)  # builds the token store once, first
     ladder_lib.describe(plan)
-    code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus)
+    code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus,
+                                        available=machine_cores)
     console.say(ladder_lib.finish_line(plan))
     if code == 0 and lc.fit and ladder_lib.claim_fit(plan.workdir / "results.jsonl"):
-      _fit(config, plan.workdir / "results.jsonl", jax.devices())
+      # An IsoTime validation run trains on a worker's devices: the step-time predictor was
+      # fitted on those.
+      _fit(config, plan.workdir / "results.jsonl",
+           worker_devices if lc.budget_kind == "seconds" else jax.devices())
     return code
   distributed_lib.install_sigterm_handler()
   try:
