@@ -173,7 +173,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.depths = "1,2,4"              # seconds: n_layers of every N level (d_model chosen to keep N), comma-separated
   l.flops_per_s = 2e10            # seconds: assumed throughput (6ND FLOPs per second) that centres each budget's N levels on N_opt(T × flops_per_s) and gives the hparams rule its C; the steps come from the step time
   l.step_time = "probe"           # seconds: probe (time each shape's compiled step before its run, cached per shape and host) | PATH of a step-time file (chinchax.step_time) whose model sets the steps
-  l.probe_steps = 30              # seconds: timed steps of a probe (after 3 untimed); its median sets the run's steps
+  l.probe_steps = 100             # seconds: timed steps of a probe (a short `chinchax train` of the run's config, after its compiling step); their mean sets the run's steps
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
   l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: README)
@@ -232,6 +232,9 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     c.ladder.update(budget_kind="seconds", n_budgets=3, sizes_per_budget=3, t_min=4.0,
                     t_max=40.0, depths="1,2,4")
     c.train_config.train.eval_points = 0  # the fit reads final losses only: no curve evals
+    # One reader thread beside the step on a worker's one core: with two, the same run's step
+    # time varied 25-37 ms over 8 repeats on this 2-core host, with one 23-28 ms (README).
+    c.train_config.data.read_threads = 1
     return c
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"

@@ -16,8 +16,9 @@ the hardware it runs on (``ladder.budget_kind = "seconds"``):
   nominal C.
 * **Steps are fixed before a run starts.** A run's steps are floor(T / t_step),
   with t_step the mean of a short timed probe of its compiled step on its
-  devices (``ladder.step_time = "probe"``; :func:`probe`, cached per shape and
-  host under ``<workdir>/probes/<host>/``) or a step-time file's prediction.
+  devices (``ladder.step_time = "probe"``: a short ``chinchax train`` of the
+  run's config, :func:`probe`, cached per shape and host under
+  ``<workdir>/probes/<host>/``) or a step-time file's prediction.
   The plan is written once to ``runs/<run_id>/time_plan.json``; a resumed run
   reads it back, so its schedule and step count never change.
 * **Rows** record the budgeted seconds, the planned and measured step time, the
@@ -37,23 +38,23 @@ import hashlib
 import json
 import math
 import pathlib
+import shutil
 import socket
 
 import jax
 import numpy as np
 
-from chinchax import bench as bench_lib
 from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hardware as hardware_lib
 from chinchax import laws
 from chinchax import step_time as step_time_lib
+from chinchax import train as train_lib
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 
 PROBES_DIR = "probes"
 TIME_PLAN_FILE = "time_plan.json"
-PROBE_WARMUP_STEPS = 3
 
 
 def budgets_s(lc) -> np.ndarray:
@@ -117,39 +118,43 @@ def _probe_key(cfg, devices) -> str:
 
 
 def probe(plan, r: grid.LadderRun) -> dict:
-  """Times run ``r``'s compiled train step on ``plan.devices``; cached per shape and host.
+  """Times run ``r``'s train step on ``plan.devices`` as its run will take it; cached per shape
+  and host.
 
-  The step is :func:`chinchax.bench.measure_point`'s (random tokens, the run's
-  model, batch and mesh): 3 untimed steps after compilation, then
-  ``ladder.probe_steps`` timed back to back as ``chinchax train`` runs them.
+  The probe is ``chinchax train`` itself for ``ladder.probe_steps`` + 1 steps: the run's
+  model, batch, mesh and data pipeline (its reader threads share the run's cores), the first
+  (compiling) step excluded, the others timed back to back by the loop's own clock. A bare
+  step timed on random tokens (``chinchax bench``) misses the input pipeline's share, which
+  on one CPU core was up to 17% of a step. The probe's own workdir is removed afterwards.
 
   Returns:
-    {"step_time_s": mean seconds per timed step, "step_time_median_s",
-    "step_time_p10_s", "step_time_p90_s", "startup_s", "compile_s", "xla_flops",
-    "xla_bytes_accessed" (XLA's cost analysis per device), "timed_steps", "host",
-    "cached": whether it was read from the cache}.
+    {"step_time_s": mean seconds per timed step, "timed_steps", "compile_s" (the first
+    step), "wall_s" (the whole probe), "host", "cached": whether it was read from the cache}.
   Raises:
-    ConfigError: the step failed to compile or run (XLA's message included).
+    ConfigError: the probe run failed (its error included).
   """
   lc = plan.config.ladder
-  cfg = run_config(plan.config.train_config, r, plan.workdir,
-                   PROBE_WARMUP_STEPS + lc.probe_steps + 1)
+  cfg = run_config(plan.config.train_config, r, plan.workdir, lc.probe_steps + 1)
   path = plan.workdir / PROBES_DIR / host() / f"{_probe_key(cfg, plan.devices)}.json"
   if path.exists():
     return {**json.loads(path.read_text()), "cached": True}
-  row = bench_lib.measure_point(cfg, warmup_steps=PROBE_WARMUP_STEPS,
-                                timed_steps=lc.probe_steps, devices=plan.devices)
-  if row.get("status") != "ok":
+  run_dir = files.unique_path(path.with_suffix(".run"))
+  never = 10 ** 9
+  cfg.workdir = str(run_dir)
+  cfg.train.update(progress=False, log_every=never, eval_every=never, eval_points=0,
+                   eval_windows=0, eval_batches=1, checkpoint_every=never, keep_checkpoints=1,
+                   save_steps="")
+  try:
+    summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
+  except Exception as e:  # noqa: BLE001 — one clear error for the run that needed it
     raise config_lib.ConfigError(
         f"the step-time probe of run {r.run_id} (d_model {r.shape.d_model} × "
-        f"{r.shape.n_layers} layers, batch {r.hparams.global_batch_size}) failed "
-        f"({row.get('status')}): {str(row.get('error', ''))[:500]}")
-  times = row["step_times_s"]
-  out = {"step_time_s": float(np.mean(times)), "step_time_median_s": row["step_time_s"],
-         "step_time_p10_s": row["step_time_p10_s"], "step_time_p90_s": row["step_time_p90_s"],
-         "startup_s": row["startup_s"], "compile_s": row["compile_s"],
-         "xla_flops": row.get("xla_flops"), "xla_bytes_accessed": row.get("xla_bytes_accessed"),
-         "timed_steps": len(times), "host": host()}
+        f"{r.shape.n_layers} layers, batch {r.hparams.global_batch_size}) failed: "
+        f"{type(e).__name__}: {str(e)[:500]}") from None
+  finally:
+    shutil.rmtree(run_dir, ignore_errors=True)
+  out = {"step_time_s": float(summary["step_time_s"]), "timed_steps": lc.probe_steps,
+         "compile_s": summary["compile_s"], "wall_s": summary["wall_s"], "host": host()}
   path.parent.mkdir(parents=True, exist_ok=True)
   files.write_atomic(path, json.dumps(out, indent=2))
   return {**out, "cached": False}
@@ -263,6 +268,7 @@ def row_fields(plan, r: grid.LadderRun, tp: dict, summary: dict, cfg) -> dict:
   t = summary.get("step_time_s")
   timed = t is not None and math.isfinite(t)
   probed = tp.get("probe") or {}
+  model = train_lib.resolve(cfg, len(plan.devices)).model  # "auto" dtype and kernel resolved
   return {
       "budget_kind": "seconds", "seconds_budget": float(r.seconds_budget),
       "N_target": r.N_target, "step_time_planned_s": tp["step_time_s"],
@@ -272,10 +278,11 @@ def row_fields(plan, r: grid.LadderRun, tp: dict, summary: dict, cfg) -> dict:
       "train_time_error": (float(t) * summary["steps"] / r.seconds_budget - 1.0) if timed
       else None,
       "compile_s": summary.get("compile_s"), "n_devices": len(plan.devices),
-      "hardware": hardware_spec(plan.devices), "compute_dtype": cfg.model.compute_dtype,
-      "attention": cfg.model.attention,
-      "probe": {k: probed.get(k) for k in ("step_time_s", "step_time_median_s", "startup_s",
-                                           "compile_s", "xla_flops", "xla_bytes_accessed",
+      "hardware": hardware_spec(plan.devices), "compute_dtype": model.compute_dtype,
+      # the step-time profile's two kinds: scores materialised (xla) or a flash kernel
+      "attention": "xla" if model.attention == "xla" else "cudnn",
+      "attention_impl": model.attention,
+      "probe": {k: probed.get(k) for k in ("step_time_s", "timed_steps", "compile_s", "wall_s",
                                            "host")} if probed else None}
 
 
