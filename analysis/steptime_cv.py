@@ -12,6 +12,8 @@ compute dtype, attention kernel and device count):
 * ``flops``: t = t0 + a·FLOPs (executed matmul FLOPs);
 * ``bytes``: t = t0 + b·bytes (analytic HBM traffic, the paper's proxy);
 * ``flops+bytes``: t = t0 + a·FLOPs + b·bytes;
+* ``flops+bytes+layers``: t = t0 + a·FLOPs + b·bytes + c·n_layers — each layer's fixed
+  cost (its kernels' launch and dispatch), which FLOPs and bytes miss on narrow models;
 * ``roofline``: the analytic :class:`chinchax.step_time.RooflineStepTime` of the
   row's hardware (not fitted);
 * ``xla-flops``, ``xla-bytes``: t = t0 + a·x with x XLA's cost analysis of the
@@ -36,12 +38,14 @@ from chinchax import hardware as hardware_lib
 from chinchax import step_time as step_time_lib
 from chinchax import work
 
-FITTED = ("flops", "bytes", "flops+bytes")
+FITTED = ("flops", "bytes", "flops+bytes", "flops+bytes+layers")
 XLA = ("xla-flops", "xla-bytes")
 ANALYTIC = ("roofline",)
 # Coefficient names of each fitted predictor's features after the intercept.
 _COEFS = {"flops": ("s_per_flop",), "bytes": ("s_per_byte",),
-          "flops+bytes": ("s_per_flop", "s_per_byte"), "xla-flops": ("s_per_xla_flop",),
+          "flops+bytes": ("s_per_flop", "s_per_byte"),
+          "flops+bytes+layers": ("s_per_flop", "s_per_byte", "s_per_layer"),
+          "xla-flops": ("s_per_xla_flop",),
           "xla-bytes": ("s_per_xla_byte",)}
 MIN_SHAPES = 3  # a held-out shape plus at least two to fit an intercept and a slope on
 _SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "seq_len")
@@ -95,8 +99,9 @@ def feature_matrix(rows: list[dict], predictor: str) -> np.ndarray:
                                  "xla_bytes_accessed"])])
       continue
     f, b = analytic_features(r)
-    cols.append([1.0] + ([f] if predictor in ("flops", "flops+bytes") else [])
-                + ([b] if predictor in ("bytes", "flops+bytes") else []))
+    uses_f, uses_b, uses_l = step_time_lib.LINEAR_PREDICTORS[predictor]
+    cols.append([1.0] + ([f] if uses_f else []) + ([b] if uses_b else [])
+                + ([float(r["shape"]["n_layers"])] if uses_l else []))
   return np.asarray(cols, dtype=np.float64)
 
 
@@ -227,7 +232,7 @@ def step_time_section(predictors: dict, chosen: str, rows: list[dict]) -> dict:
   else:
     c = p["coefficients"]
     sec.update({"intercept_s": c["intercept_s"], "s_per_flop": c.get("s_per_flop", 0.0),
-                "s_per_byte": c.get("s_per_byte", 0.0)})
+                "s_per_byte": c.get("s_per_byte", 0.0), "s_per_layer": c.get("s_per_layer", 0.0)})
   if sec["fallback_from"]:
     sec["note"] = (f"{chosen} (lowest held-out MAPE) needs XLA's cost analysis of a compiled "
                    f"step, which an unseen shape lacks; {name} is the best predictor that "

@@ -95,6 +95,7 @@ class RooflineStepTime:
   profile: work.ExecutionProfile | None = None
   name: str = "roofline"
   note: str = ""  # where the model came from (e.g. a fit's predictor), prefixed to describe()
+  s_per_layer: float = 0.0
 
   def _profile(self) -> work.ExecutionProfile:
     return self.profile or work.ExecutionProfile.for_kind(self.hardware.accelerator.kind)
@@ -118,11 +119,14 @@ class RooflineStepTime:
 
 @dataclasses.dataclass(frozen=True)
 class LinearStepTime:
-  """t = intercept_s + s_per_flop · FLOPs + s_per_byte · bytes, per device per step.
+  """t = intercept_s + s_per_flop · FLOPs + s_per_byte · bytes (+ s_per_layer · n_layers),
+  per device per step.
 
   Features are :func:`chinchax.work.step_flops` and
   :func:`chinchax.work.bytes_per_step` under ``profile`` on
-  ``n_devices`` devices. ``s_per_byte = 0`` is the FLOPs-only model.
+  ``n_devices`` devices. ``s_per_byte = 0`` is the FLOPs-only model. ``s_per_layer``
+  prices each layer's fixed cost (its kernels' launch and dispatch, whatever their
+  size), which sets the step time of narrow models.
   """
 
   intercept_s: float
@@ -132,6 +136,7 @@ class LinearStepTime:
   n_devices: int = 1
   name: str = "linear"
   note: str = ""  # where the model came from (e.g. a fit's predictor), prefixed to describe()
+  s_per_layer: float = 0.0
 
   def features(self, shape: budget.ModelShape, global_batch_size: int) -> tuple[float, float]:
     return (work.step_flops(shape, global_batch_size, n_devices=self.n_devices,
@@ -142,7 +147,8 @@ class LinearStepTime:
   def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
     """Seconds per step."""
     f, b = self.features(shape, global_batch_size)
-    return self.intercept_s + self.s_per_flop * f + self.s_per_byte * b
+    return (self.intercept_s + self.s_per_flop * f + self.s_per_byte * b
+            + self.s_per_layer * shape.n_layers)
 
   def describe(self) -> str:
     parts = []
@@ -152,7 +158,8 @@ class LinearStepTime:
       parts.append(f"{1 / self.s_per_byte:.3g} B/s")
     eff = f" (≈ {', '.join(parts)})" if parts else ""
     text = (f"linear step-time model t = {self.intercept_s:.3g} s + {self.s_per_flop:.3g} s/FLOP"
-            f" + {self.s_per_byte:.3g} s/byte{eff}")
+            f" + {self.s_per_byte:.3g} s/byte"
+            + (f" + {self.s_per_layer:.3g} s/layer" if self.s_per_layer else "") + eff)
     return f"{self.note}: {text}" if self.note else text
 
 
@@ -343,7 +350,9 @@ def load_step_time_model(path: str | pathlib.Path) -> MeasuredStepTime:
 
 # Fitted linear predictors by name: (uses FLOPs, uses bytes). "Time Matters" (Inbar & Sernau
 # 2024, arXiv 2406.18922) compares FLOPs with memory traffic as the predictor of step time.
-LINEAR_PREDICTORS = {"flops": (True, False), "bytes": (False, True), "flops+bytes": (True, True)}
+# Linear predictors: (uses FLOPs, uses bytes, uses n_layers).
+LINEAR_PREDICTORS = {"flops": (True, False, False), "bytes": (False, True, False),
+                     "flops+bytes": (True, True, False), "flops+bytes+layers": (True, True, True)}
 
 
 def _field(d: dict, key: str, what: str, *, number: bool = True, default: Any = None):
@@ -363,8 +372,8 @@ def model_from_dict(d: dict, *, source: str = "") -> StepTimeModel:
   Linear predictors t = intercept_s + s_per_flop · FLOPs + s_per_byte · bytes per device
   per step (:class:`LinearStepTime`, features of :mod:`chinchax.work`)::
 
-    {"predictor": "flops" | "bytes" | "flops+bytes", "intercept_s": s,
-     "s_per_flop": s/FLOP (flops, flops+bytes), "s_per_byte": s/byte (bytes, flops+bytes),
+    {"predictor": "flops" | "bytes" | "flops+bytes" | "flops+bytes+layers", "intercept_s": s,
+     "s_per_flop": s/FLOP, "s_per_byte": s/byte, "s_per_layer": s/layer (those it uses),
      "compute_dtype": "float32" | "bfloat16", "attention": "xla" | "cudnn", "n_devices": int}
 
   or the analytic roofline (:class:`RooflineStepTime`)::
@@ -401,7 +410,7 @@ def model_from_dict(d: dict, *, source: str = "") -> StepTimeModel:
     if not (0 < mfu <= 1 and 0 < bw <= 1):
       raise StepTimeError(f"{what}: mfu={mfu!r} and bandwidth_efficiency={bw!r} must lie in (0, 1]")
     return RooflineStepTime(hw, mfu=mfu, bandwidth_efficiency=bw, profile=profile, note=note)
-  uses_flops, uses_bytes = LINEAR_PREDICTORS[predictor]
+  uses_flops, uses_bytes, uses_layers = LINEAR_PREDICTORS[predictor]
   n_devices = _field(d, "n_devices", what)
   if int(n_devices) != n_devices or n_devices < 1:
     raise StepTimeError(f"{what}: n_devices={n_devices!r} must be an integer >= 1")
@@ -409,7 +418,8 @@ def model_from_dict(d: dict, *, source: str = "") -> StepTimeModel:
       float(_field(d, "intercept_s", what)),
       float(_field(d, "s_per_flop", what)) if uses_flops else 0.0,
       float(_field(d, "s_per_byte", what)) if uses_bytes else 0.0,
-      profile, int(n_devices), name=predictor, note=note)
+      profile, int(n_devices), name=predictor, note=note,
+      s_per_layer=float(_field(d, "s_per_layer", what)) if uses_layers else 0.0)
 
 
 def write_step_time_file(path: str | pathlib.Path, rows: list[dict], *, hardware: str,
