@@ -32,6 +32,7 @@ from chinchax import laws
 from chinchax import paths as paths_lib
 from chinchax import step_time as step_time_lib
 from analysis import isotime_report as report
+from analysis import aspect_law
 from analysis import steptime_cv
 from analysis.approach3 import fit_approach3, parse_grid, start_grid
 from analysis.errors import FitError, FitOptionError, ResultsError
@@ -163,8 +164,23 @@ def _law(rows: list[dict], path: str, law_path: str | None,
       raise FitOptionError(str(e)) from None
   res = fit_approach3(runs, grid=grid)
   C = [6.0 * r["N"] * r["D"] for r in rows]
-  return res.law, {"from": f"in-sample Approach 3 fit on these {len(rows)} IsoTime runs",
-                   "in_sample": True, "fit_range_flops": [min(C), max(C)]}
+  aspect = [r["shape"]["d_model"] / r["shape"]["n_layers"] for r in rows]
+  law, forms = aspect_law.choose_law(runs.N, runs.D, aspect, runs.loss, res.law,
+                                     fit_range=(min(C), max(C)))
+  what = ("L(N, D) + P·(d_model/n_layers / 64)^kappa" if forms["form"] == "aspect"
+          else "Approach 3's L(N, D)")
+  return law, {"from": f"in-sample fit of {what} on these {len(rows)} IsoTime runs (form "
+                       f"chosen by leave-one-out)", "in_sample": True,
+               "fit_range_flops": [min(C), max(C)], "form": forms["form"],
+               "forms": forms["forms"]}
+
+
+def law_loss(law: laws.ParametricLaw, N: float, D: float, aspect: float) -> float:
+  """L in nats/token at N parameters, D tokens and d_model / n_layers ``aspect`` (the shape
+  term only for a :class:`chinchax.laws.AspectLaw`)."""
+  if isinstance(law, laws.AspectLaw):
+    return float(law.loss_shape(N, D, aspect))
+  return float(law.loss(N, D))
 
 
 def predict_losses(rows: list[dict], t_pred: list[float], law: laws.ParametricLaw) -> dict:
@@ -181,10 +197,11 @@ def predict_losses(rows: list[dict], t_pred: list[float], law: laws.ParametricLa
     shape, gbs = steptime_cv.row_shape(r)
     steps = math.floor(r["seconds_budget"] / t) if t > 0 else 0
     D = steps * gbs * shape.seq_len
-    L = float(law.loss(r["N"], D)) if steps >= 1 else None
+    aspect = shape.d_model / shape.n_layers
+    L = law_loss(law, r["N"], D, aspect) if steps >= 1 else None
     out.append({"run_id": r["run_id"], "step_time_pred_s": t, "steps_pred": steps,
                 "D_pred": D, "loss_pred": L, "loss": r["final_eval_loss"],
-                "loss_at_measured_D": float(law.loss(r["N"], r["D"])),
+                "loss_at_measured_D": law_loss(law, r["N"], r["D"], aspect),
                 "rel_error": None if L is None else L / r["final_eval_loss"] - 1.0})
   errs = [abs(x["rel_error"]) for x in out if x["rel_error"] is not None]
   worst = max((x for x in out if x["rel_error"] is not None), key=lambda x: abs(x["rel_error"]),
@@ -282,7 +299,7 @@ def fit_isotime(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   """Fits an IsoTime table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
 
   Compares the step-time predictors of "Time Matters" (Inbar & Sernau 2024) leave-one-shape-
-  out (:func:`analysis.steptime_cv.compare_predictors`), chooses the lowest held-out MAPE,
+  out (:func:`analysis.steptime_cv.compare_predictors`), chooses by held-out MAPE (the simplest within 5% of the lowest),
   predicts each run's final loss (nats/token) from its shape and seconds with that predictor's
   held-out step time and the law, and tabulates wider vs deeper per time budget. Only done
   rows with budget_kind "seconds" and role != "validation" are used.
@@ -328,10 +345,13 @@ def fit_isotime(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     if len({str(r.get(key)) for r in rows}) > 1:
       tell(f"the runs differ in {key}; the step_time section records {section[key]!r}")
   params = {k: float(getattr(law, k)) for k in ("E", "A", "B", "alpha", "beta")}
+  term = ({"aspect_term": {"P": law.P, "kappa": law.kappa, "aspect0": law.aspect0}}
+          if isinstance(law, laws.AspectLaw) else {})
   data = {"kind": "isotime", "source": path,
           "name": "isotime-approach3" if law_info["in_sample"] else "isotime-law",
-          **params, "fit_range_flops": law_info["fit_range_flops"],
-          "law": {**params, "from": law_info["from"], "in_sample": law_info["in_sample"]},
+          **params, **term, "fit_range_flops": law_info["fit_range_flops"],
+          "law": {**params, **term, "from": law_info["from"], "in_sample": law_info["in_sample"],
+                  "form": law_info.get("form", "plain"), "forms": law_info.get("forms")},
           "law_from": law_info["from"], "n_runs": len(rows), **counts,
           "n_shapes": cv["n_shapes"],
           "budgets_s": sorted({float(r["seconds_budget"]) for r in rows}),
@@ -390,7 +410,7 @@ def add_isotime_validation(results_path: str | os.PathLike,
   measured = float(row["final_eval_loss"])
   planned_t = row.get("predicted_step_time_s") or row.get("step_time_planned_s")
   d_pred = (math.floor(T / planned_t) * gbs * shape.seq_len) if planned_t else None
-  fit_loss = float(law.loss(row["N"], d_pred)) if d_pred else None
+  fit_loss = law_loss(law, row["N"], d_pred, shape.d_model / shape.n_layers) if d_pred else None
   predicted = row.get("predicted_loss")
   model = step_time_lib.model_from_dict(data["step_time"])
   rel = lambda a, b: (a - b) / b if a is not None and b else None  # noqa: E731

@@ -94,15 +94,27 @@ def markdown(data: dict) -> str:
                  f"{_g(p['heldout_max_abs_error_s'], 3)} | {_pct(p['in_sample_mape'])} | "
                  f"{coefs} |")
   st = data["step_time"]
-  lines += ["", f"Chosen: **{data['chosen_predictor']}** (lowest held-out MAPE). "
+  lines += ["", f"Chosen: **{data['chosen_predictor']}** (lowest held-out MAPE, or the simplest within 5% of it). "
             f"`chinchax plan --law fit.json` uses the `{st['predictor']}` predictor."
             + (f" {st['note']}." if st.get("note") else ""), ""]
   lp = data["loss_prediction"]
   lines += ["## Loss from shape and time", "",
             f"Law: {data['law']['from']} (E {data['E']:.4g}, A {data['A']:.4g}, "
-            f"B {data['B']:.4g}, alpha {data['alpha']:.4g}, beta {data['beta']:.4g}). "
+            f"B {data['B']:.4g}, alpha {data['alpha']:.4g}, beta {data['beta']:.4g}"
+            + (f", P {data['aspect_term']['P']:.4g}, kappa {data['aspect_term']['kappa']:.4g}"
+               if data.get("aspect_term") else "") + "). "
             f"Steps = floor(T / held-out step time of the {lp['predictor']} predictor), "
-            f"D = steps · batch · seq_len, L = L(N, D).", "",
+            f"D = steps · batch · seq_len, L = L(N, D"
+            + (", d_model / n_layers" if data.get("aspect_term") else "") + ").", ""]
+  forms = data["law"].get("forms")
+  if forms:
+    lines += ["| law form | leave-one-out median abs error | worst | in-sample median |",
+              "|---|---|---|---|"]
+    lines += [f"| {f}{' **(chosen)**' if f == data['law']['form'] else ''} | "
+              f"{_pct(v['loo_median_abs_rel_error'])} | {_pct(v['loo_max_abs_rel_error'])} | "
+              f"{_pct(v['in_sample_median_abs_rel_error'])} |" for f, v in forms.items()]
+    lines += [""]
+  lines += [
             f"Median |relative error| {_pct(lp['median_abs_rel_error'])}, worst "
             f"{_pct(lp['max_abs_rel_error'])} (run `{lp['worst_run_id']}`).", "",
             "| run | t_pred (s) | D_pred | predicted loss | measured loss | error |",

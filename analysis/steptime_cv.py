@@ -176,7 +176,8 @@ def compare_predictors(rows: list[dict], *, warn: Callable[[str], None] = lambda
     {"predictors": {name: {kind, status, heldout_mape, heldout_r2, heldout_max_abs_error_s,
     heldout_max_abs_rel_error, in_sample_mape, coefficients (the all-rows fit; seconds per
     FLOP or byte), heldout_predictions_s (per row, in ``rows`` order)}}, "chosen": the name
-    with the lowest held-out MAPE, "n_shapes": distinct shapes}. A predictor that could not
+    :func:`choose` picks (lowest held-out MAPE, the simplest within 5%), "n_shapes": distinct
+    shapes}. A predictor that could not
     be scored has status "skipped" and a "reason".
   Raises:
     ValueError: fewer than :data:`MIN_SHAPES` distinct shapes.
@@ -193,9 +194,27 @@ def compare_predictors(rows: list[dict], *, warn: Callable[[str], None] = lambda
   except errors_lib.UserError as e:
     out["roofline"] = {"kind": "analytic", "status": "skipped", "reason": str(e)}
     warn(f"step-time predictor roofline skipped: {e}")
-  ok = {k: v for k, v in out.items() if v["status"] == "ok"}
-  chosen = min(ok, key=lambda k: (ok[k]["heldout_mape"], k))
-  return {"predictors": out, "chosen": chosen, "n_shapes": len(groups)}
+  return {"predictors": out, "chosen": choose(out), "n_shapes": len(groups)}
+
+
+# A predictor with more features must beat a simpler one's held-out MAPE by more than this
+# (relative) to be chosen: on a table whose truth is bytes alone, flops+bytes(+layers) fits
+# the noise too and can edge ahead by a hair out of sample.
+PARSIMONY = 0.05
+
+
+def n_params(name: str, predictor: dict) -> int:
+  """Coefficients a predictor fits (the roofline: none)."""
+  return len(predictor.get("coefficients", {})) if predictor.get("kind") == "fitted" else 0
+
+
+def choose(predictors: dict) -> str:
+  """The predictor to use: the fewest coefficients among those whose held-out MAPE is within
+  :data:`PARSIMONY` of the lowest, then the lowest MAPE."""
+  ok = {k: v for k, v in predictors.items() if v["status"] == "ok"}
+  best = min(v["heldout_mape"] for v in ok.values())
+  near = [k for k, v in ok.items() if v["heldout_mape"] <= best * (1.0 + PARSIMONY)]
+  return min(near, key=lambda k: (n_params(k, ok[k]), ok[k]["heldout_mape"], k))
 
 
 def best_analytic(predictors: dict) -> str:

@@ -134,6 +134,44 @@ class ParametricLaw:
 
 
 @dataclasses.dataclass(frozen=True)
+class AspectLaw(ParametricLaw):
+  """L(N, D, r) = E + A / N^alpha + B / D^beta + P · (r / aspect0)^kappa, r = d_model / n_layers.
+
+  Chinchilla's form plus a shape term fitted on an IsoTime ladder (``analysis.aspect_law``):
+  at equal N and D, shallow-wide shapes lose more the shallower they are. Kaplan et al.
+  2020 (Sec. 3.1, Fig. 5) find the loss at fixed N within a few percent over aspect ratios
+  ~20–200 at their sizes; at the ladder's (d_model 8–124, 1–4 layers) one-layer models of
+  aspect ≥ 50 sat 3–9% above L(N, D). ``loss(N, D)`` is the shape-free part (what code that
+  knows no shape reads); :meth:`loss_shape` adds the term.
+
+  Attributes:
+    P: the term at r = aspect0, nats/token (>= 0).
+    kappa: its exponent in r (> 0).
+    aspect0: the reference aspect ratio (64, the plan rule's target).
+  """
+
+  P: float = 0.0
+  kappa: float = 1.0
+  aspect0: float = 64.0
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not (math.isfinite(self.P) and self.P >= 0 and math.isfinite(self.kappa)
+            and self.kappa > 0 and self.aspect0 > 0):
+      raise ValueError(f"AspectLaw {self.name!r}: P >= 0, kappa > 0 and aspect0 > 0 are "
+                       f"needed, got {self.P!r}, {self.kappa!r}, {self.aspect0!r}")
+
+  def aspect_term(self, aspect):
+    """P · (aspect / aspect0)^kappa in nats/token (aspect: d_model / n_layers, scalar or array)."""
+    out = self.P * (np.asarray(aspect, dtype=np.float64) / self.aspect0) ** self.kappa
+    return float(out) if out.ndim == 0 else out
+
+  def loss_shape(self, N, D, aspect):
+    """Loss (nats/token) at N parameters, D tokens and aspect ratio d_model / n_layers."""
+    return self.loss(N, D) + self.aspect_term(aspect)
+
+
+@dataclasses.dataclass(frozen=True)
 class PowerLawAllocation:
   """N_opt(C) = k_N · C^a and D_opt(C) = C / (6 N_opt) (Chinchilla Approaches 1 and 2).
 
@@ -299,7 +337,8 @@ _PARAM_KEYS = ("E", "A", "B", "alpha", "beta")
 def law_from_dict(d: dict, name: str = "fit", source: str = "") -> Law:
   """Builds a law from a dict.
 
-  Accepts ``{E, A, B, alpha, beta}`` (-> ParametricLaw), ``{k_N, a}``
+  Accepts ``{E, A, B, alpha, beta}`` (-> ParametricLaw; with an ``aspect_term``
+  ``{P, kappa, aspect0}`` -> :class:`AspectLaw`), ``{k_N, a}``
   (-> PowerLawAllocation), or a report written by ``chinchax fit``: its
   top-level E..beta, else its ``approach3`` section, else ``approach2``.
 
@@ -308,6 +347,13 @@ def law_from_dict(d: dict, name: str = "fit", source: str = "") -> Law:
   """
   if all(k in d for k in _PARAM_KEYS) and d.get("E") is not None:
     fr = d.get("fit_range_flops")
+    term = d.get("aspect_term")
+    if isinstance(term, dict) and term.get("P") is not None:
+      return AspectLaw(name=str(d.get("name", name)), E=float(d["E"]), A=float(d["A"]),
+                       B=float(d["B"]), alpha=float(d["alpha"]), beta=float(d["beta"]),
+                       source=source or str(d.get("source", "")),
+                       fit_range_flops=tuple(fr) if fr else None, P=float(term["P"]),
+                       kappa=float(term["kappa"]), aspect0=float(term.get("aspect0", 64.0)))
     return ParametricLaw(name=str(d.get("name", name)), E=float(d["E"]), A=float(d["A"]),
                          B=float(d["B"]), alpha=float(d["alpha"]), beta=float(d["beta"]),
                          source=source or str(d.get("source", "")),

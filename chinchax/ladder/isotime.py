@@ -328,7 +328,8 @@ def plan_validation(plan, fit_json: pathlib.Path) -> tuple[grid.LadderRun, dict]
       if steps < lc.min_steps:
         continue
       D = steps * gbs * base.train.seq_len
-      loss = float(law.loss(run.counts.total, D))
+      loss = float(law.loss_shape(run.counts.total, D, run.shape.d_model / run.shape.n_layers)
+                   if isinstance(law, laws.AspectLaw) else law.loss(run.counts.total, D))
       if best is None or loss < best[1]["predicted_loss"]:
         best = (run, {"predicted_loss": loss, "predicted_step_time_s": t,
                       "predicted_steps": steps, "predicted_D": D})

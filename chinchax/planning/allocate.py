@@ -76,10 +76,14 @@ def fit_range_warning(C: float, law: Any, factor: float = FIT_RANGE_WARN_FACTOR)
   return None
 
 
-def law_loss(law: Any, N: float, D: float) -> float | None:
-  """L(N, D) in nats/token for a law that predicts loss; None for an allocation-only law."""
+def law_loss(law: Any, N: float, D: float, aspect: float | None = None) -> float | None:
+  """L(N, D) in nats/token for a law that predicts loss; None for an allocation-only law.
+  A law with a shape term (:class:`chinchax.laws.AspectLaw`) adds it at ``aspect``
+  (d_model / n_layers) when given."""
   if not getattr(law, "has_loss", callable(getattr(law, "loss", None))):
     return None
+  if aspect is not None and hasattr(law, "loss_shape"):
+    return float(law.loss_shape(N, D, aspect))
   return float(law.loss(N, D))
 
 

@@ -129,7 +129,7 @@ def evaluate(cand: shapes_lib.ShapeCandidate, seconds: float, C_rule: float, law
   batch = batch_lib.BatchPlan(global_batch_size=gbs, seq_len=seq_len, steps=steps, tokens=tokens,
                               peak_lr=lr, warmup_steps=batch_lib.warmup_steps(cand.N, tps, steps))
   if tokens > 0:
-    loss = allocate_lib.law_loss(law, cand.N, tokens)
+    loss = allocate_lib.law_loss(law, cand.N, tokens, aspect=cand.aspect_ratio)
     n_opt = law.optimal_allocation(budget.flops_6nd(cand.N, tokens))[0]
     gap = abs(math.log(cand.N / n_opt))
   else:
