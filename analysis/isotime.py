@@ -348,7 +348,8 @@ def fit_isotime(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   term = ({"aspect_term": {"P": law.P, "kappa": law.kappa, "aspect0": law.aspect0}}
           if isinstance(law, laws.AspectLaw) else {})
   data = {"kind": "isotime", "source": path,
-          "name": "isotime-approach3" if law_info["in_sample"] else "isotime-law",
+          "name": ("isotime-law" if not law_info["in_sample"] else "isotime-aspect-law"
+                   if term else "isotime-approach3"),
           **params, **term, "fit_range_flops": law_info["fit_range_flops"],
           "law": {**params, **term, "from": law_info["from"], "in_sample": law_info["in_sample"],
                   "form": law_info.get("form", "plain"), "forms": law_info.get("forms")},

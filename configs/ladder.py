@@ -5,6 +5,9 @@ Workers: `--config.ladder.workers=2` (local processes), `--config.ladder.worker=
 many sharing the workdir: launch/slurm_ladder.sbatch, tpu_ladder.sh, gke_ladder.yaml),
 `--config.ladder.status=True` (each run's state).
 
+Time budgets: `--config.ladder.budget_kind=seconds` with `ladder.t_min`, `ladder.t_max` (seconds)
+and `ladder.depths` turns any variant into an IsoTime ladder.
+
 Schedules and rules: `--config.ladder.schedule=wsd` (one trunk per shape, cooldowns off it),
 `--config.ladder.hparams=fixed|deepseek|porian`, `--config.ladder.validate=False`.
 
@@ -12,6 +15,9 @@ Variants:
   default    5 IsoFLOP budgets (2.5e10 … 8e11 FLOPs) × 5 sizes on the embedded stdlib corpus
              (bytes), then a validation run at 3 × 8e11.
   gutenberg  the same grid on ../shared/corpora/gutenberg-en/*.txt with a trained BPE tokenizer.
+  isotime    "Time Matters": 3 time budgets (4, 12.6, 40 s of training per run on one core) ×
+             3 N levels × n_layers 1, 2, 4 at ≈ equal N; steps from a timed probe of each
+             shape; then a validation run of 120 s (chinchax.ladder.isotime, analysis.isotime).
   tiny       3 × 3 very small runs, for tests.
 """
 
