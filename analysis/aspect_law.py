@@ -12,8 +12,10 @@ Both minimise the summed Huber loss (delta 1e-3) of ln L_pred − ln L, as Chinc
 Approach 3 does (App. D.2), with scipy's bounded least squares from the in-sample
 Approach 3 optimum (and a few starts of the shape term). Each form is refitted without
 each run in turn and predicts it (leave-one-run-out); the shape term is kept only when it
-cuts the held-out runs' median |relative error| by at least :data:`MARGIN` (10%), so the
-extra two parameters must earn their place out of sample.
+lowers the held-out runs' median |relative error| (the median: one fold that leaves out the
+widest run extrapolates the term, and should not decide alone), so the extra two parameters
+must earn their place out of sample. On shape-free synthetic runs the term it does keep by
+chance is below 0.005 nats over the runs' aspect ratios (tests/test_aspect_law.py).
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ ASPECT0 = 64.0
 FORMS = ("plain", "aspect")
 _KAPPA_STARTS = (1.0, 2.0, 3.0)
 _P_STARTS = (1e-3, 3e-2)
-# The shape term must cut the leave-one-out median error by this fraction to be kept.
-MARGIN = 0.1
 
 
 def _predict(theta: np.ndarray, N, D, aspect, form: str) -> np.ndarray:
@@ -72,8 +72,8 @@ def _law(theta: np.ndarray, form: str, name: str, fit_range) -> laws.ParametricL
 def choose_law(N, D, aspect, loss, start: laws.ParametricLaw, *, name: str = "isotime-law",
                fit_range=None) -> tuple[laws.ParametricLaw, dict]:
   """Fits both forms to runs (arrays of shape (R,): parameters, tokens, d_model / n_layers,
-  final loss in nats/token) and keeps the shape term when it cuts the leave-one-out median
-  |error| by at least :data:`MARGIN`.
+  final loss in nats/token) and keeps the shape term when it lowers the leave-one-out median
+  |error|.
 
   Args:
     start: the in-sample Approach 3 law (the fits' start).
@@ -101,7 +101,7 @@ def choose_law(N, D, aspect, loss, start: laws.ParametricLaw, *, name: str = "is
                    "in_sample_median_abs_rel_error": float(np.median(np.abs(ins))),
                    "params": params}
   plain, shaped = (forms[f]["loo_median_abs_rel_error"] for f in FORMS)
-  chosen = "aspect" if shaped < (1.0 - MARGIN) * plain else "plain"
+  chosen = "aspect" if shaped < plain else "plain"
   law = forms[chosen]["law"]
   info = {"form": chosen, "forms": {f: {k: v for k, v in forms[f].items() if k != "law"}
                                     for f in FORMS}}
