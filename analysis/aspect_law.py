@@ -15,7 +15,7 @@ each run in turn and predicts it (leave-one-run-out); the shape term is kept onl
 lowers the held-out runs' median |relative error| (the median: one fold that leaves out the
 widest run extrapolates the term, and should not decide alone), so the extra two parameters
 must earn their place out of sample. On shape-free synthetic runs the term it does keep by
-chance is below 0.005 nats over the runs' aspect ratios (tests/test_aspect_law.py).
+chance is below 0.01 nats over the runs' aspect ratios (tests/test_aspect_law.py).
 """
 
 from __future__ import annotations

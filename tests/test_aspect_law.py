@@ -44,7 +44,7 @@ def test_a_shape_free_truth_invents_no_shape_effect(seed):
   N, D, aspect, loss = _runs(seed, P=0.0)
   law, info = aspect_law.choose_law(N, D, aspect, loss, PLAIN)
   if info["form"] == "aspect":  # kept only if it earns it; then it must be negligible
-    assert np.max(law.aspect_term(aspect)) < 0.005
+    assert np.max(law.aspect_term(aspect)) < 0.01  # under 2× the runs' 0.3% noise (~0.006 nats)
   else:
     assert not isinstance(law, laws.AspectLaw)
   assert law.loss(1e5, 3e6) == pytest.approx(PLAIN.loss(1e5, 3e6), rel=0.01)
