@@ -39,12 +39,12 @@ def _fit(config, table, devices=None) -> None:
   lc = config.ladder
   timed = lc.budget_kind == "seconds"
   out = table.parent / "fit"
+  plan = None
   try:
     if timed:
-      t = config.train_config.train
-      vocab = ladder_lib.prepare(config, devices, check_data=False, write=False).vocab
-      isotime_fit.fit_isotime(table, out, flop_shape=fit_cli.ladder_flop_shape(vocab, t.seq_len),
-                              log=console.say, warn=console.warn)
+      plan = ladder_lib.prepare(config, devices, check_data=False)
+      shape = fit_cli.ladder_flop_shape(plan.vocab, config.train_config.train.seq_len)
+      isotime_fit.fit_isotime(table, out, flop_shape=shape, log=console.say, warn=console.warn)
     else:
       fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=console.say,
                                warn=console.warn)
@@ -53,7 +53,7 @@ def _fit(config, table, devices=None) -> None:
     return
   if not lc.validate:
     return
-  plan = ladder_lib.prepare(config, devices, check_data=False)
+  plan = plan or ladder_lib.prepare(config, devices, check_data=False)
   if ladder_lib.run_validation(plan, out / "fit.json") is not None:
     if timed:
       isotime_fit.add_isotime_validation(table, out, log=console.say)
