@@ -223,6 +223,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError(f"model.scan_layers={m.scan_layers!r} must be True or False")
   if not isinstance(m.document_mask, bool):
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
+  check_positive(t.stop_after_s, "train.stop_after_s", allow_zero=True)
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
   options = compiler_options_text(t)

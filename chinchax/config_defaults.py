@@ -76,6 +76,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.peak_flops_per_device = 0.0   # FLOP/s peak for MFU; 0 = known accelerator table or CPU matmul calibration
   t.progress = True               # tqdm progress bar on process 0
   t.compiler_options = "auto"     # XLA options of the jitted programs: auto (chinchax's per backend; CPU: no YNNPACK dot fusions, train/compiler.py) | "" (XLA's defaults) | "xla_name=value,..."
+  t.stop_after_s = 0.0            # > 0: stop (evaluated and checkpointed, summary stopped_by_time) at the first step after this many seconds of timed training in this call (compilation, evals, checkpoints excluded); 0 = train all steps
   t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
 
   c.budget = b = ml_collections.ConfigDict()
@@ -173,6 +174,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.depths = "1,2,4"              # seconds: n_layers of every N level (d_model chosen to keep N), comma-separated
   l.flops_per_s = 2e10            # seconds: assumed throughput (6ND FLOPs per second) that centres each budget's N levels on N_opt(T × flops_per_s) and gives the hparams rule its C; the steps come from the step time
   l.step_time = "probe"           # seconds: probe (time each shape's compiled step before its run, cached per shape and host) | PATH of a step-time file (chinchax.step_time) whose model sets the steps
+  l.time_control = "fixed"        # seconds: fixed (each run's steps set before it starts from its probe or the step-time file; cosine) | decay (warmup-stable-decay: the constant-LR phase runs on the run's own clock to (1 - cooldown_fraction)·T, then the step count is fixed from the step time measured in it and the decay fills the rest; chinchax.ladder.isoclock)
   l.probe_steps = 100             # seconds: timed steps of a probe (a short `chinchax train` of the run's config, after its compiling step); their mean sets the run's steps
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
@@ -230,7 +232,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     # 3 time budgets × 3 N levels × 3 depths on one CPU core per worker: equal N, equal seconds.
     c.workdir = "runs/ladder-isotime"
     c.ladder.update(budget_kind="seconds", n_budgets=3, sizes_per_budget=3, t_min=4.0,
-                    t_max=40.0, depths="1,2,4")
+                    t_max=40.0, depths="1,2,4", time_control="decay")
     c.train_config.train.eval_points = 0  # the fit reads final losses only: no curve evals
     # One reader thread beside the step on a worker's one core: with two, the same run's step
     # time varied 25-37 ms over 8 repeats on this 2-core host, with one 23-28 ms (README).

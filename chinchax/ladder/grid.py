@@ -178,13 +178,17 @@ def parse_depths(text) -> tuple[int, ...]:
   return tuple(depths)
 
 
+TIME_CONTROLS = ("fixed", "decay")  # ladder.time_control of an IsoTime ladder (chinchax.ladder.isoclock)
+
+
 def validate_time_budgets(lc) -> None:
   """Checks an IsoTime ladder's knobs (``ladder.budget_kind=seconds``).
 
   Raises:
     ConfigError: a time budget that is not a positive number of seconds, t_max
       below t_min, bad depths, throughput, step-time source or probe length, or
-      a wsd schedule (an IsoTime run's steps are known only once its step is timed).
+      an unknown ``ladder.time_control``, or a wsd ``ladder.schedule`` (an IsoTime run's
+      schedule follows its time control).
   """
   E = config_lib.ConfigError
   for k in ("t_min", "t_max", "flops_per_s"):
@@ -200,9 +204,13 @@ def validate_time_budgets(lc) -> None:
             f"file (chinchax.step_time); no such file")
   if not isinstance(lc.probe_steps, int) or lc.probe_steps < 3:
     raise E(f"ladder.probe_steps={lc.probe_steps!r} must be an integer >= 3")
+  if lc.time_control not in TIME_CONTROLS:
+    raise E(f"ladder.time_control={lc.time_control!r} is not one of "
+            f"{', '.join(map(repr, TIME_CONTROLS))}")
   if lc.schedule != "cosine":
     raise E(f"ladder.schedule={lc.schedule!r} needs ladder.budget_kind='flops'; an IsoTime "
-            f"ladder trains every run on its own cosine cycle (schedule='cosine')")
+            f"ladder's runs take their schedule from ladder.time_control (fixed: a cosine "
+            f"cycle each; decay: warmup-stable-decay on the run's clock)")
 
 
 def validate_ladder(lc) -> None:

@@ -182,6 +182,22 @@ def steps_in_budget(lc, r: grid.LadderRun, step_time_s: float, source: str) -> i
   return steps
 
 
+def planned_step_time(plan, r: grid.LadderRun) -> tuple[float, str, dict | None]:
+  """(seconds per step, its source "probe" or "model: ...", the probe's record or None) of
+  run ``r`` by ``ladder.step_time``.
+
+  Raises:
+    ConfigError: the probe failed, or the file was measured on other devices.
+    StepTimeError: the step-time file cannot be used.
+  """
+  if plan.config.ladder.step_time == "probe":
+    probed = probe(plan, r)
+    return float(probed["step_time_s"]), "probe", probed
+  model = _model(plan)
+  return (float(model.predict(r.shape, r.hparams.global_batch_size)),
+          f"model: {model.describe()}", None)
+
+
 def time_plan(plan, r: grid.LadderRun) -> dict:
   """Run ``r``'s fixed step count: read from ``runs/<run_id>/time_plan.json``, or planned
   (probe or step-time file, :func:`steps_in_budget`) and written there once.
@@ -198,13 +214,7 @@ def time_plan(plan, r: grid.LadderRun) -> dict:
     return json.loads(path.read_text())
   lc = plan.config.ladder
   gbs = r.hparams.global_batch_size
-  probed = None
-  if lc.step_time == "probe":
-    probed = probe(plan, r)
-    t, source = probed["step_time_s"], "probe"
-  else:
-    model = _model(plan)
-    t, source = float(model.predict(r.shape, gbs)), f"model: {model.describe()}"
+  t, source, probed = planned_step_time(plan, r)
   steps = steps_in_budget(lc, r, t, source)
   out = {"seconds_budget": float(r.seconds_budget), "step_time_s": float(t),
          "step_time_source": source, "steps": steps, "global_batch_size": gbs, "host": host(),
@@ -283,7 +293,11 @@ def row_fields(plan, r: grid.LadderRun, tp: dict, summary: dict, cfg) -> dict:
       "attention": "xla" if model.attention == "xla" else "cudnn",
       "attention_impl": model.attention,
       "probe": {k: probed.get(k) for k in ("step_time_s", "timed_steps", "compile_s", "wall_s",
-                                           "host")} if probed else None}
+                                           "host")} if probed else None,
+      "time_control": tp.get("time_control", "fixed"),
+      **({"stable": tp["stable"], "decay_start_step": tp["decay_start_step"],
+          "decay_step_time_s": summary.get("decay_step_time_s"), "schedule": "wsd"}
+         if "stable" in tp else {"schedule": "cosine"})}
 
 
 def plan_validation(plan, fit_json: pathlib.Path) -> tuple[grid.LadderRun, dict]:

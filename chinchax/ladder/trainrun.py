@@ -12,6 +12,7 @@ from chinchax import distributed as distributed_lib
 from chinchax import errors
 from chinchax import train as train_lib
 import chinchax.ladder.grid as grid
+import chinchax.ladder.isoclock as isoclock
 import chinchax.ladder.isotime as isotime
 from chinchax.ladder.plan import LadderPlan
 
@@ -38,15 +39,18 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
   """
   base = plan.config.train_config
   tp = None
-  if r.seconds_budget is not None:  # an IsoTime run: its steps are fixed before it starts
+  clocked = r.seconds_budget is not None and plan.config.ladder.time_control == "decay"
+  if r.seconds_budget is not None:  # an IsoTime run: planned before it starts
     try:
-      tp = isotime.time_plan(plan, r)
+      tp = (isoclock.clock_plan if clocked else isotime.time_plan)(plan, r)
     except (errors.UserError, OSError) as e:
       return {"run_id": r.run_id, "role": r.role, "C_budget": r.C_budget, "N": r.counts.total,
               "budget_kind": "seconds", "seconds_budget": r.seconds_budget,
               "status": "failed", "error": f"{type(e).__name__}: {e}", "attempts": attempt,
               "worker": owner, "wall_time_s": 0.0}
-  cfg = plan.run_config(r, steps=tp["steps"] if tp else None)
+  cfg = plan.run_config(r, steps=tp and (tp.get("steps") or tp["steps_planned"]))
+  if clocked:
+    cfg.train.warmup_steps = tp["warmup_steps"]
   cfg.train.progress = False
   t0 = time.time()
   hp = r.hparams
@@ -60,7 +64,10 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
                      "warmup_steps": cfg.train.warmup_steps},
          "attempts": attempt, "worker": owner}
   try:
-    summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
+    if clocked:  # stable phase on the run's clock, then its steps are fixed and it decays
+      tp, cfg, summary = isoclock.train_clocked(plan, r, tp)
+    else:
+      summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
     row.update({
         "status": "done", "D": summary["tokens"], "steps": summary["steps"],
         "C_6nd": budget.flops_6nd(r.counts.total, summary["tokens"]),

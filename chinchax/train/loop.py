@@ -70,6 +70,10 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
                ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate: Evaluator):
   """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
 
+  With ``train.stop_after_s`` > 0 the first step after which this call has trained that
+  many seconds (compilation, evals and checkpoints excluded) is treated as the last: it is
+  evaluated and checkpointed, and the run stops there (``summary["stopped_by_time"]``).
+
   Raises:
     Preempted: a preemption request reached a step boundary; the checkpoint of
       that step is saved and every writer closed first.
@@ -82,7 +86,8 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     log.stepped(state, t_dispatch)
     log.watch(step + 1, metrics)
     done = step + 1
-    is_last = done == spec.steps
+    stop = t.stop_after_s > 0 and log.trained_seconds() >= t.stop_after_s
+    is_last = done == spec.steps or stop
     is_eval = done % t.eval_every == 0 or is_last or done in eval_at
     if done % t.log_every == 0 or is_eval:
       jax.block_until_ready(metrics["loss"])
@@ -98,6 +103,9 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       if is_last or done % t.checkpoint_every == 0 or done in ckpt.save_steps:
         _save(config, log, ckpt, done, state, force=is_last)
       log.restart_window()
+      if stop:  # train.stop_after_s: this step is the run's last of this call
+        log.stopped_by_time = done < spec.steps
+        break
     elif done % t.checkpoint_every == 0 or done in ckpt.save_steps:
       _save(config, log, ckpt, done, state)
     if not is_last and distributed_lib.reached_preemption(done):

@@ -32,6 +32,7 @@ class StepLog:
     self._unchecked = []  # (step, loss, grad_norm) device scalars since the last finiteness check
     self.nonfinite_at = None  # (step, loss, grad_norm) of the first non-finite step seen
     self.warned_nonfinite = False
+    self.stopped_by_time = False  # train.stop_after_s ended the run before its last step
 
   def watch(self, step_no: int, metrics) -> None:
     """Keeps step ``step_no``'s loss and grad norm (device scalars: no wait) for :meth:`check`."""
@@ -76,6 +77,14 @@ class StepLog:
     step_time = dt / self._window_steps
     return {"step_time_s": step_time, "tokens_per_s": self.spec.tokens_per_step / step_time,
             "mfu": self.flops_per_step / step_time / self.peak_total}
+
+  def trained_seconds(self) -> float:
+    """Seconds of timed steps so far in this call (closed windows plus the open one); 0.0
+    until a step after the first (compiling) one is done. Read on the host clock without waiting on
+    the device, so it may run up to the dispatch queue ahead of the finished steps."""
+    if self.compile_s is None or not (self._window_steps or self.timed_steps):
+      return 0.0
+    return self.timed_seconds + (time.perf_counter() - self._window_t0)
 
   def restart_window(self) -> None:
     self._window_t0, self._window_steps = time.perf_counter(), 0

@@ -45,6 +45,8 @@ def summarize(workdir: pathlib.Path, spec, data: RunData, log: StepLog, *, final
       "mfu": log.flops_per_step / step_time / log.peak_total if timed else float("nan"),
       "peak_flops": log.peak_total, "peak_flops_source": peak_src,
       "compile_s": log.compile_s, "wall_s": wall_s, "resumed": resumed,
+      "timed_steps": log.timed_steps, "timed_seconds": log.timed_seconds,
+      "stopped_by_time": log.stopped_by_time,
       "mesh": {k: int(v) for k, v in spec.mesh.items()},
       "compiler_options": dict(compiler_options or {}),
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
