@@ -16,8 +16,10 @@ Variants:
              (bytes), then a validation run at 3 × 8e11.
   gutenberg  the same grid on ../shared/corpora/gutenberg-en/*.txt with a trained BPE tokenizer.
   isotime    "Time Matters": 3 time budgets (4, 12.6, 40 s of training per run on one core) ×
-             3 N levels × n_layers 1, 2, 4 at ≈ equal N; steps from a timed probe of each
-             shape; then a validation run of 120 s (chinchax.ladder.isotime, analysis.isotime).
+             3 N levels × n_layers 1, 2, 4 at ≈ equal N; warmup-stable-decay runs whose
+             steps are fixed at the decay from their own measured step time
+             (ladder.time_control=decay); then a validation run of 120 s
+             (chinchax.ladder.isotime, isoclock, analysis.isotime).
   tiny       3 × 3 very small runs, for tests.
 """
 

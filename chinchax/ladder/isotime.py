@@ -14,8 +14,9 @@ the hardware it runs on (``ladder.budget_kind = "seconds"``):
   ≈ equal N but different aspect ratio d_model / n_layers meet at equal time).
   Peak LR, batch, β2 and warmup come from the ``ladder.hparams`` rule at the
   nominal C.
-* **Steps are fixed before a run starts.** A run's steps are floor(T / t_step),
-  with t_step the mean of a short timed probe of its compiled step on its
+* **Steps are fixed before a run starts** (``ladder.time_control = "fixed"``;
+  ``"decay"`` fixes them at the decay of a wsd run from its own measured step
+  time instead, :mod:`chinchax.ladder.isoclock`): floor(T / t_step), with t_step the mean of a short timed probe of its compiled step on its
   devices (``ladder.step_time = "probe"``: a short ``chinchax train`` of the
   run's config, :func:`probe`, cached per shape and host under
   ``<workdir>/probes/<host>/``) or a step-time file's prediction.
