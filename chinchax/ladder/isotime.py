@@ -16,8 +16,8 @@ the hardware it runs on (``ladder.budget_kind = "seconds"``):
   nominal C.
 * **Steps are fixed before a run starts** (``ladder.time_control = "fixed"``;
   ``"decay"`` fixes them at the decay of a wsd run from its own measured step
-  time instead, :mod:`chinchax.ladder.isoclock`): floor(T / t_step), with t_step the mean of a short timed probe of its compiled step on its
-  devices (``ladder.step_time = "probe"``: a short ``chinchax train`` of the
+  time instead, :mod:`chinchax.ladder.isoclock`): floor(T / t_step), with t_step
+  the mean of a short timed probe of its compiled step on its devices (``ladder.step_time = "probe"``: a short ``chinchax train`` of the
   run's config, :func:`probe`, cached per shape and host under
   ``<workdir>/probes/<host>/``) or a step-time file's prediction.
   The plan is written once to ``runs/<run_id>/time_plan.json``; a resumed run

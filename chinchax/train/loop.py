@@ -187,7 +187,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     verbose: print the budget, data and result lines (process 0 only).
 
   Raises:
-    ConfigError: invalid config (before any data is read).
+    ConfigError: invalid config (before any data is read), or ``train.stop_after_s`` in a
+      multi-process run.
     DataError: missing/empty/too-small corpus, or repetition not allowed (before compiling).
     PathError: the workdir or store root cannot be written, or a corpus file
       read (before the token store is built).
@@ -204,6 +205,11 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   say = lambda msg: console.say(msg, enabled=verbose and primary)  # noqa: E731
   devices = list(jax.devices() if devices is None else devices)
   spec = spec_lib.resolve(config, len(devices))
+  if config.train.stop_after_s > 0 and jax.process_count() > 1:
+    # each process reads its own clock: they could stop at different steps and hang
+    raise config_lib.ConfigError(
+        f"train.stop_after_s={config.train.stop_after_s:g} needs a single-process run (this one "
+        f"has {jax.process_count()} processes); use 0 and a step budget")
   workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
   for path, what in ((workdir, "workdir"), (workdir / "checkpoints", "checkpoint directory")):
     if path == workdir or path.exists():
