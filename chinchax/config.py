@@ -19,8 +19,10 @@ from chinchax.config_checks import (ATTENTION_IMPLS, BUDGET_MODES, COMPILER_OPTI
                                     DECODE_ERRORS, DISTRIBUTED_MODES, INIT_RULES, LR_SCHEDULES,
                                     MAX_DECAY_FRACTION, MESH_AXES, N_KINDS, REMAT_POLICIES,
                                     TOKENIZERS, ConfigError, check_choice, check_positive,
-                                    compiler_options_text, parse_compiler_options,
-                                    parse_host_port, parse_save_steps, resolve_mesh_shape,
+                                    compiler_options_text, data_shuffle_seed,
+                                    parse_compiler_options, parse_host_port,
+                                    parse_lr_multipliers, parse_save_steps, parse_trial_seeds,
+                                    resolve_mesh_shape,
                                     validate, validate_distributed)
 from chinchax.config_defaults import (base_bench_config, base_config, base_ladder_config,
                                       bench_model, bench_sweep, get_bench_variant,
@@ -32,7 +34,8 @@ __all__ = [
     "INIT_RULES", "LR_SCHEDULES", "MAX_DECAY_FRACTION", "MESH_AXES", "N_KINDS", "REMAT_POLICIES",
     "TOKENIZERS", "ConfigError", "base_bench_config", "base_config", "base_ladder_config",
     "bench_model", "bench_sweep", "check_choice", "check_positive", "compiler_options_text",
-    "get_bench_variant", "get_ladder_variant", "get_variant", "knob_comments",
-    "parse_compiler_options", "parse_host_port", "parse_save_steps", "resolve_mesh_shape",
+    "data_shuffle_seed", "get_bench_variant", "get_ladder_variant", "get_variant",
+    "knob_comments", "parse_compiler_options", "parse_host_port", "parse_lr_multipliers",
+    "parse_save_steps", "parse_trial_seeds", "resolve_mesh_shape",
     "validate", "validate_distributed",
 ]

@@ -70,6 +70,59 @@ def parse_save_steps(text) -> tuple[int, ...]:
   return tuple(sorted(steps))
 
 
+def parse_lr_multipliers(text) -> tuple[float, ...]:
+  """``train.lr_multipliers`` ("0.5,1,2" or "") as distinct positive finite floats, in order.
+
+  Raises:
+    ConfigError: an entry that is not a positive finite number, or a repeated one.
+  """
+  out = []
+  for part in str(text).split(","):
+    part = part.strip()
+    if not part:
+      continue
+    try:
+      value = float(part)
+    except ValueError:
+      value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+      raise ConfigError(f"train.lr_multipliers={text!r}: {part!r} is not a positive number; "
+                        f"give comma-separated multipliers of train.peak_lr, e.g. '0.5,1,2', or ''")
+    if value in out:
+      raise ConfigError(f"train.lr_multipliers={text!r} repeats {part!r}; give distinct values")
+    out.append(value)
+  return tuple(out)
+
+
+def parse_trial_seeds(text) -> tuple[int, ...]:
+  """``train.trial_seeds`` ("0,1,2" or "") as distinct non-negative integers, in order.
+
+  Raises:
+    ConfigError: an entry that is not a non-negative integer, or a repeated one.
+  """
+  out = []
+  for part in str(text).split(","):
+    part = part.strip()
+    if not part:
+      continue
+    if not part.isdigit():
+      raise ConfigError(f"train.trial_seeds={text!r}: {part!r} is not a non-negative integer; "
+                        f"give comma-separated init seeds, e.g. '0,1,2', or ''")
+    if int(part) in out:
+      raise ConfigError(f"train.trial_seeds={text!r} repeats {part!r}; give distinct seeds")
+    out.append(int(part))
+  return tuple(out)
+
+
+def data_shuffle_seed(c) -> int:
+  """The seed of the training data order: ``data.shuffle_seed``, or ``seed`` when it is -1
+  (or absent, in a run config saved before the knob existed)."""
+  value = c.data.get("shuffle_seed", -1)
+  return c.seed if value == -1 else value
+
+
+TRIAL_BATCHING = ("vmap", "loop")  # train.trial_batching: how one program steps K trials
+
 COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per backend
 _XLA_OPTION_NAME = re.compile(r"^xla_[a-z0-9_]+$")
 
@@ -224,6 +277,9 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   if not isinstance(m.document_mask, bool):
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   check_positive(t.stop_after_s, "train.stop_after_s", allow_zero=True)
+  parse_lr_multipliers(t.lr_multipliers)
+  parse_trial_seeds(t.trial_seeds)
+  check_choice(t.trial_batching, TRIAL_BATCHING, "train.trial_batching")
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
   options = compiler_options_text(t)
@@ -297,6 +353,10 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   if not 0.0 < d.val_fraction < 1.0:
     raise ConfigError(f"data.val_fraction={d.val_fraction!r} must lie strictly between 0 and 1")
   check_positive(d.read_threads, "data.read_threads", integer=True)
+  if (not isinstance(d.shuffle_seed, int) or isinstance(d.shuffle_seed, bool)
+      or d.shuffle_seed < -1):
+    raise ConfigError(f"data.shuffle_seed={d.shuffle_seed!r} must be an integer >= 0, or -1 "
+                      f"(follow seed)")
   check_positive(c.mesh.num_cpu_devices, "mesh.num_cpu_devices", allow_zero=True, integer=True)
   validate_distributed(c.distributed)
 

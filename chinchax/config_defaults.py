@@ -77,6 +77,9 @@ def base_config() -> ml_collections.ConfigDict:
   t.progress = True               # tqdm progress bar on process 0
   t.compiler_options = "auto"     # XLA options of the jitted programs: auto (chinchax's per backend; CPU: no YNNPACK dot fusions, train/compiler.py) | "" (XLA's defaults) | "xla_name=value,..."
   t.stop_after_s = 0.0            # > 0: stop (evaluated and checkpointed, summary stopped_by_time) at the first step after this many seconds of timed training in this call (compilation, evals, checkpoints excluded); 0 = train all steps
+  t.lr_multipliers = ""           # trials in one program: comma-separated multipliers of peak_lr, e.g. "0.5,1,2" ("" = one trial, ×1); see train/trials.py
+  t.trial_seeds = ""              # trials in one program: comma-separated init seeds ("" = seed only); trials = lr_multipliers × trial_seeds, one shared batch stream
+  t.trial_batching = "vmap"       # trials: vmap (batched kernels, fastest; sums may be reordered: ~1 ulp per step) | loop (the K single steps in one program: bitwise equal to single runs)
   t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
 
   c.budget = b = ml_collections.ConfigDict()
@@ -105,6 +108,7 @@ def base_config() -> ml_collections.ConfigDict:
   d.shard_mb = 4.0                # MB of text per tokenization task; also the unit an interrupted build resumes from
   d.store_root = "~/.cache/chinchax/stores"  # token stores, one per (corpus, tokenizer)
   d.val_fraction = 0.05           # fraction of documents held out for validation (at least 1)
+  d.shuffle_seed = -1             # seed of the training data order; -1 = follow seed (trial_seeds share this order)
   d.allow_repeat = False          # permit more than one epoch over the training split
   d.read_threads = 2              # grain reader threads prefetching the next batches
 

@@ -112,6 +112,8 @@ def _all_finite(tree) -> jax.Array:
 @jax.jit
 def _sums(tree) -> list:
   def one(x):
+    if x.dtype == jnp.bool_:  # a trials run's alive flags: bitcast takes no bool
+      x = x.astype(jnp.uint8)
     bits = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
     return jnp.sum(jax.lax.bitcast_convert_type(x, bits).astype(jnp.uint32), dtype=jnp.uint32)
   return [one(x) for x in jax.tree.leaves(tree)]

@@ -25,13 +25,14 @@ RESUME_KEYS = (
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
+    "train.lr_multipliers", "train.trial_seeds", "train.trial_batching",
     "train.schedule", "train.decay_fraction", "train.decay_shape", "train.decay_start_step",
     "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
     "budget.n_kind",
     "data.source", "data.paths", "data.text_field", "data.txt_documents", "data.tokenizer",
     "data.eos_token", "data.bpe_vocab_size", "data.decode_errors", "data.hf_name",
     "data.hf_config", "data.hf_split", "data.val_fraction",
-    "data.allow_repeat",
+    "data.allow_repeat", "data.shuffle_seed",
 )
 
 

@@ -13,7 +13,8 @@ step, :func:`build_program`), :mod:`~chinchax.train.mfu` (peak FLOP/s),
 :mod:`~chinchax.train.metrics` (metrics.jsonl + TensorBoard), :mod:`~chinchax.train.rundata`
 (store and batches), :mod:`~chinchax.train.steplog` (deferred rows, speed),
 :mod:`~chinchax.train.evaluate` (eval loss and its s.e.), :mod:`~chinchax.train.summary`
-(summary.json, result lines), :mod:`~chinchax.train.loop` (the run).
+(summary.json, result lines), :mod:`~chinchax.train.trials` (K runs of one shape stepped
+by one program: LR multipliers and seeds), :mod:`~chinchax.train.loop` (the run).
 """
 
 from chinchax.train.loop import Diverged, train

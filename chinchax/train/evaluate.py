@@ -52,6 +52,10 @@ class Evaluator:
       k = min(n_full, -(-curve_windows // w.chunk_rows))
       self._curve_chunks = sorted({int(i) for i in np.linspace(0, n_full - 1, k).round()})
 
+  def evaluate_state(self, state, final: bool = True) -> tuple[float, float | None]:
+    """The eval of a train state's params (the loop's call; see ``trials.TrialsEvaluator``)."""
+    return self(state["params"], final)
+
   def __call__(self, params, final: bool = True) -> tuple[float, float | None]:
     w = self.data.windows
     if w is None:

@@ -33,6 +33,7 @@ from chinchax.data import tokenizers as tokenizers_lib
 import chinchax.train.mfu as mfu
 import chinchax.train.spec as spec_lib
 import chinchax.train.step as step_lib
+import chinchax.train.trials as trials_lib
 from chinchax.train.evaluate import Evaluator
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
 from chinchax.train.rundata import RunData, prepare_data
@@ -67,7 +68,7 @@ def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainP
 
 
 def _run_steps(config, program, data: RunData, state, start_step: int,
-               ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate: Evaluator):
+               ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate):
   """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
 
   With ``train.stop_after_s`` > 0 the first step after which this call has trained that
@@ -95,8 +96,10 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       log.defer(done, metrics, extra)  # written at the next step: eval fills ``extra`` first
       _check_finite(config, log, ckpt, done)
       if is_eval:
-        log.eval_loss, log.eval_loss_se = evaluate(state["params"], final=is_last)
+        log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state, final=is_last)
         extra["eval_loss"] = log.eval_loss
+        if isinstance(evaluate, trials_lib.TrialsEvaluator):
+          extra["trial_eval_loss"] = evaluate.trial_losses()
         if log.eval_loss_se is not None:
           extra["eval_loss_se"] = log.eval_loss_se
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
@@ -216,7 +219,12 @@ def train(config, devices=None, verbose: bool = True) -> dict:
       paths_lib.check_writable_dir(path, what)
   paths_lib.check_writable_dir(config.data.store_root, "data.store_root")
   mesh = sharding_lib.make_mesh(spec.mesh, devices)
-  program = step_lib.build_program(config, spec, mesh)  # shapes and jit wrappers: no compile yet
+  trials = trials_lib.parse_trials(config)  # train.lr_multipliers × train.trial_seeds
+  trials_lib.check_supported(config, trials)
+  if trials:  # shapes and jit wrappers: no compile yet
+    program, single = trials_lib.build_trials_program(config, spec, mesh, trials)
+  else:
+    program = single = step_lib.build_program(config, spec, mesh)
   tokenizer = tokenizers_lib.make_tokenizer(config.data)
   tokenizer_sha256 = getattr(tokenizer, "digest", None)  # a BPE still to train has none yet
   checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
@@ -228,6 +236,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
         config, workdir, spec.steps, vocab_size=spec.model.vocab_size,
         tokenizer_sha256=tokenizer_sha256, abstract_state=program.abstract_state)
   say(spec_lib.describe(spec, config, len(devices)))
+  if trials:
+    say(trials_lib.describe(trials))
 
   rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
                                            spec.global_batch_size)
@@ -266,18 +276,26 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   bar = console.progress(total=spec.steps, initial=start_step, unit="step",
                          enabled=config.train.progress and primary and start_step < spec.steps)
   log = StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary), bar,
-                 budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step, peak_total)
-  evaluate = Evaluator(program, data, config.train.curve_eval_windows)
+                budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
+                * max(1, len(trials)), peak_total)  # MFU counts every trial's FLOPs
+  evaluate = (trials_lib.TrialsEvaluator(single, data, config.train.curve_eval_windows,
+                                         len(trials)) if trials
+              else Evaluator(program, data, config.train.curve_eval_windows))
   state = _run_steps(config, program, data, state, start_step, ckpt, log, evaluate)
 
   if math.isnan(log.eval_loss):
-    log.eval_loss, log.eval_loss_se = evaluate(state["params"])
+    log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state)
   summary = summarize(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
                      unigram=unigram, peak_src=peak_src, resumed=resumed,
                      wall_s=time.time() - t_start, init=init,
                      compiler_options=program.compiler_options)
+  if trials:
+    summary = trials_lib.summarize_trials(summary, trials, evaluate, log.metrics.last_trial_loss,
+                                          jax.device_get(state["diverged_step"]))
   summary = keep_measured_speed(summary, workdir / "summary.json")
   if primary:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
   report(summary, spec, say)
+  if trials:
+    trials_lib.report(summary, say)
   return summary

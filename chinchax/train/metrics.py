@@ -29,19 +29,24 @@ class MetricsLog:
 
   On resume drops JSONL rows past the restored step and purges them in
   TensorBoard; :attr:`last_loss` is the last training loss kept (NaN if none),
-  then the last one written.
+  then the last one written; :attr:`last_trial_loss` the same for a trials run's
+  per-trial list (``train/trials.py``).
   """
 
   def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool):
     self.path, self.enabled = path, enabled
     self.tb = None
     self.last_loss = float("nan")
+    self.last_trial_loss = None  # a trials run's last per-trial train losses (None: NaN)
     if path.exists():
       keep = [l for l in path.read_text().splitlines()
               if l.strip() and json.loads(l).get("step", 0) <= resume_step]
       losses = [json.loads(l)["loss"] for l in keep if "loss" in json.loads(l)]
       if losses:
         self.last_loss = float(losses[-1])
+      trial = [json.loads(l)["trial_loss"] for l in keep if "trial_loss" in json.loads(l)]
+      if trial:
+        self.last_trial_loss = trial[-1]
       if enabled:
         path.write_text("".join(l + "\n" for l in keep))
     if enabled:
@@ -52,6 +57,8 @@ class MetricsLog:
     """Appends ``row`` (a flat dict of scalars with a ``step``)."""
     if "loss" in row:
       self.last_loss = float(row["loss"])
+    if "trial_loss" in row:
+      self.last_trial_loss = row["trial_loss"]
     if self.enabled:
       with self.path.open("a") as f:
         f.write(json.dumps(row) + "\n")

@@ -91,14 +91,29 @@ def weight_decay_mask(params, decay_embeddings: bool):
   return jax.tree_util.tree_map_with_path(decide, params)
 
 
-def make_optimizer(config, spec: RunSpec):
+def scaled(schedule: optax.Schedule, lr_scale) -> optax.Schedule:
+  """``schedule`` times ``lr_scale`` (a float or a traced float32 scalar): a trial's LR.
+
+  For a power-of-two ``lr_scale`` the product equals, bit for bit, the schedule
+  built with ``lr_scale``·peak_lr (every schedule here is linear in its peak);
+  for another value it may differ from it in the last bit of the LR.
+  """
+  return lambda count: schedule(count) * lr_scale
+
+
+def make_optimizer(config, spec: RunSpec, lr_scale=None):
   """optax chain: global-norm clipping (if > 0) then AdamW with the decay mask.
 
+  Args:
+    lr_scale: None (the run's own schedule), or a multiplier of it (a float or a
+      traced scalar: one trial of ``train.trials``; see :func:`scaled`).
   Returns:
     (tx, schedule): the optax GradientTransformation and its LR schedule.
   """
   t = config.train
   schedule = lr_schedule(config, spec)
+  if lr_scale is not None:
+    schedule = scaled(schedule, lr_scale)
   parts = []
   if t.grad_clip > 0:
     parts.append(optax.clip_by_global_norm(t.grad_clip))

@@ -7,6 +7,7 @@ import pathlib
 
 import jax
 
+from chinchax import config as config_lib
 from chinchax import distributed as distributed_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
@@ -72,7 +73,8 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
     per_proc = spec.global_batch_size // jax.process_count()
     rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
   batches = pipeline_lib.TrainBatches(
-      train_split, spec.seq_len, spec.global_batch_size, spec.steps, config.seed,
+      train_split, spec.seq_len, spec.global_batch_size, spec.steps,
+      config_lib.data_shuffle_seed(config),
       allow_repeat=config.data.allow_repeat, rows=rows)
   if config.train.eval_windows:
     chunk = pipeline_lib.eval_chunk_rows(spec.mesh["data"] * spec.mesh["fsdp"])

@@ -155,6 +155,17 @@ class TrainProgram:
     return self.step.lower(state, batch)
 
 
+def make_init(spec: RunSpec, tx: optax.GradientTransformation, seed: int) -> Callable:
+  """() → a fresh train state {"step": int32 0, "params", "opt_state"} from init ``seed``."""
+
+  def init():
+    model = model_lib.Transformer(spec.model, nnx.Rngs(params=seed))
+    _, params = nnx.split(model, nnx.Param)
+    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+
+  return init
+
+
 def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   """Builds the optimizer, abstract state, shardings and jitted steps of a run on ``mesh``.
 
@@ -174,14 +185,9 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   options = compiler.resolve(config_lib.compiler_options_text(config.train),
                              mesh.devices.flat[0].platform)
   tx, schedule = optim.make_optimizer(config, spec)
-  seed = config.seed
-
-  def init():
-    model = model_lib.Transformer(spec.model, nnx.Rngs(params=seed))
-    _, params = nnx.split(model, nnx.Param)
-    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
-
-  abs_model = nnx.eval_shape(lambda: model_lib.Transformer(spec.model, nnx.Rngs(params=seed)))
+  init = make_init(spec, tx, config.seed)
+  abs_model = nnx.eval_shape(
+      lambda: model_lib.Transformer(spec.model, nnx.Rngs(params=config.seed)))
   graphdef, _ = nnx.split(abs_model, nnx.Param)
   abstract_state = jax.eval_shape(init)
   shardings = sharding_lib.state_shardings(abstract_state, mesh)

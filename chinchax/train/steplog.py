@@ -11,6 +11,12 @@ from chinchax.train.metrics import MetricsLog
 from chinchax.train.rundata import RunData
 
 
+def none_if_nan(x) -> float | None:
+  """``x`` as a float, or None where it is NaN/Inf (a JSON-safe entry of a per-trial list)."""
+  x = float(x)
+  return x if math.isfinite(x) else None
+
+
 class StepLog:
   """The loop's bookkeeping: deferred metric rows, speed windows, eval loss, progress bar.
 
@@ -100,6 +106,9 @@ class StepLog:
     self._pending = None
     m = jax.device_get(m)
     loss = float(m["loss"])
+    if "trial_loss" in m:  # a trials run (train/trials.py): each trial's figures, NaN once diverged
+      extra = {**{key: [none_if_nan(x) for x in m[key]]
+                  for key in ("trial_loss", "trial_grad_norm", "trial_lr")}, **extra}
     self.metrics.write({"step": step_no, "loss": loss,
                         "bits_per_byte": self.data.train_bits_per_byte(loss),
                         "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
