@@ -182,6 +182,9 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.probe_steps = 100             # seconds: timed steps of a probe (a short `chinchax train` of the run's config, after its compiling step); their mean sets the run's steps
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
+  l.lr_trials = 1                 # K > 1: every run trains K learning rates in one program (rule's LR × lr_trial_factor^u, u = -(K-1)/2 … (K-1)/2); the fit reads each point's best (chinchax.ladder.tuning)
+  l.lr_trial_factor = 2.0         # ratio of neighbouring LR trials' peak LRs (K = 3: ×0.5, ×1, ×2)
+  l.seeds = 1                     # S > 1: every LR trial with S init seeds (seed, seed+1, …) on one batch stream; the point is their mean, seed_sd its noise
   l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: README)
   l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
   l.cooldown_fraction = 0.2       # wsd: each run decays over its last fraction of steps, in (0, 0.9] (Hägele et al. 2024, Sec. 3: 10-20% match cosine)

@@ -21,6 +21,7 @@ import jax
 
 from analysis import isotime as isotime_fit
 from analysis import pipeline as fit_pipeline
+from analysis import tuning as tuning_report
 from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
@@ -34,8 +35,9 @@ from chinchax.cli import flags as flags_lib
 def _fit(config, table, devices=None) -> None:
   """Approaches 1–3 (an IsoTime ladder: the step-time predictors, loss from shape and time,
   wider vs deeper; ``analysis.isotime``) on the table into ``fit/`` beside it, then
-  (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison;
-  a fit that fails keeps the runs."""
+  (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison,
+  and for a tuned ladder the tuning report (``analysis.tuning``); a fit that fails keeps
+  the runs."""
   lc = config.ladder
   timed = lc.budget_kind == "seconds"
   out = table.parent / "fit"
@@ -51,14 +53,18 @@ def _fit(config, table, devices=None) -> None:
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
     return
-  if not lc.validate:
-    return
-  plan = plan or ladder_lib.prepare(config, devices, check_data=False)
-  if ladder_lib.run_validation(plan, out / "fit.json") is not None:
-    if timed:
-      isotime_fit.add_isotime_validation(table, out, log=console.say)
-    else:
-      fit_pipeline.add_validation(table, out, log=console.say)
+  if lc.validate:
+    plan = plan or ladder_lib.prepare(config, devices, check_data=False)
+    if ladder_lib.run_validation(plan, out / "fit.json") is not None:
+      if timed:
+        isotime_fit.add_isotime_validation(table, out, log=console.say)
+      else:
+        fit_pipeline.add_validation(table, out, log=console.say)
+  if lc.lr_trials * lc.seeds > 1:  # a tuned ladder: best LR vs the rule, LR law, a untuned
+    try:
+      tuning_report.tuning_report(str(table), str(out), log=console.say)
+    except errors.UserError as e:
+      console.warn(f"no tuning report for {table}: {e}")
 
 
 def _pin_to_first_core(lc) -> set[int] | None:

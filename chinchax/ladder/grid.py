@@ -22,6 +22,7 @@ from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hparams as hparams_lib
 from chinchax.planning import shapes as shapes_lib
+import chinchax.ladder.tuning as tuning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +244,7 @@ def validate_ladder(lc) -> None:
   if not isinstance(f, (int, float)) or not 0.0 < f <= config_lib.MAX_DECAY_FRACTION:
     raise E(f"ladder.cooldown_fraction={lc.cooldown_fraction!r} must lie in "
             f"(0, {config_lib.MAX_DECAY_FRACTION}]")
+  tuning.validate_tuning(lc)
   for k in ("min_steps", "batch_min_steps"):
     if not isinstance(lc[k], int) or lc[k] < 1:
       raise E(f"ladder.{k}={lc[k]!r} must be an integer >= 1")

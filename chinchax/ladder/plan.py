@@ -22,6 +22,7 @@ import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib
 import chinchax.ladder.table as table_lib
+import chinchax.ladder.tuning as tuning
 import chinchax.ladder.wsd as wsd_lib
 
 GRID_FILE = "grid.json"
@@ -41,7 +42,14 @@ class LadderPlan:
   def run_config(self, r: grid.LadderRun, steps: int | None = None):
     """The training config of run ``r``: cosine (``grid.run_config``), a wsd trunk or a
     cooldown (``wsd.run_config``); the validation run trains directly on its schedule. An
-    IsoTime run takes ``steps`` (its time plan's; default: the nominal steps of its rule)."""
+    IsoTime run takes ``steps`` (its time plan's; default: the nominal steps of its rule).
+    With ``ladder.lr_trials`` / ``ladder.seeds`` every run carries its trials
+    (``chinchax.ladder.tuning``), the validation run included."""
+    c = self._run_config(r, steps)
+    tuning.apply(c, self.config.ladder)
+    return c
+
+  def _run_config(self, r: grid.LadderRun, steps: int | None = None):
     base = self.config.train_config
     if r.seconds_budget is not None:
       return isotime.run_config(base, r, self.workdir, steps or r.hparams.steps)

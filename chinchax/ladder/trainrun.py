@@ -14,6 +14,7 @@ from chinchax import train as train_lib
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isoclock as isoclock
 import chinchax.ladder.isotime as isotime
+import chinchax.ladder.tuning as tuning
 from chinchax.ladder.plan import LadderPlan
 
 
@@ -82,6 +83,11 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
         "mfu": summary["mfu"], "resumed": summary.get("resumed", False)})
     if tp is not None:
       row.update(isotime.row_fields(plan, r, tp, summary, cfg))
+    if summary.get("trials"):  # ladder.lr_trials / seeds: every trial kept, the point their best
+      row.update(tuning.row_fields(summary, pathlib.Path(cfg.workdir), r.counts.total,
+                                   cfg.train.global_batch_size * cfg.train.seq_len))
+      row["final_eval_bits_per_byte"] = (summary["final_eval_bits_per_byte"]
+                                         * row["final_eval_loss"] / summary["final_eval_loss"])
   except (KeyboardInterrupt, distributed_lib.Preempted):
     raise
   except Exception as e:  # one failed run must not stop the ladder
