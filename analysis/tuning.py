@@ -37,6 +37,15 @@ from analysis.io import load_results
 DEEPSEEK_LR = (0.3118, -0.125)  # η_opt = 0.3118·C^−0.1250 (Bi et al. 2024, Sec. 3.1, eq. 1)
 
 
+def read_rows(results_path: str) -> list[dict]:
+  """The rows of a ladder's JSONL table ([] for a CSV table or one that is not JSON lines)."""
+  try:
+    with open(results_path) as f:
+      return [json.loads(l) for l in f if l.strip()]
+  except (OSError, ValueError):
+    return []
+
+
 def tuned_rows(rows: list[dict]) -> list[dict]:
   """The finished rows of a table that carry trials (fit rows and the validation run)."""
   return [r for r in rows if r.get("status") == "done" and r.get("trials")]
@@ -140,7 +149,7 @@ def tuning_report(results_path: str, out_dir: str, log: Callable[[str], None] = 
   Raises:
     FitError: the table has no tuned rows.
   """
-  rows = [json.loads(l) for l in open(results_path) if l.strip()]
+  rows = read_rows(results_path)
   points = lr_points(rows)
   if not points:
     raise FitError(f"{results_path}: no tuned runs (rows with trials) to report on")

@@ -121,7 +121,7 @@ def data_shuffle_seed(c) -> int:
   return c.seed if value == -1 else value
 
 
-TRIAL_BATCHING = ("vmap", "loop")  # train.trial_batching: how one program steps K trials
+TRIAL_BATCHING = ("auto", "vmap", "loop")  # train.trial_batching: how one program steps K trials
 
 COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per backend
 _XLA_OPTION_NAME = re.compile(r"^xla_[a-z0-9_]+$")

@@ -79,7 +79,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.stop_after_s = 0.0            # > 0: stop (evaluated and checkpointed, summary stopped_by_time) at the first step after this many seconds of timed training in this call (compilation, evals, checkpoints excluded); 0 = train all steps
   t.lr_multipliers = ""           # trials in one program: comma-separated multipliers of peak_lr, e.g. "0.5,1,2" ("" = one trial, ×1); see train/trials.py
   t.trial_seeds = ""              # trials in one program: comma-separated init seeds ("" = seed only); trials = lr_multipliers × trial_seeds, one shared batch stream
-  t.trial_batching = "vmap"       # trials: vmap (batched kernels, fastest; sums may be reordered: ~1 ulp per step) | loop (the K single steps in one program: bitwise equal to single runs)
+  t.trial_batching = "auto"       # trials: auto (loop on CPU, where it measured as fast as vmap; vmap elsewhere) | vmap (batched kernels; sums may be reordered: ~1e-7 after 10 steps) | loop (the K single steps in one program: bitwise equal to single runs)
   t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
 
   c.budget = b = ml_collections.ConfigDict()

@@ -203,3 +203,9 @@ def test_trials_cannot_start_from_another_run(tiny_config):
   tiny_config.train.update(lr_multipliers="1,2", init_from="/some/run")
   with pytest.raises(config_lib.ConfigError, match=r"cannot start 2 trials"):
     trials_lib.check_supported(tiny_config, trials_lib.parse_trials(tiny_config))
+
+
+def test_auto_batching_is_loop_on_cpu_and_vmap_on_accelerators():
+  assert trials_lib.resolve_batching("auto", "cpu") == "loop"
+  assert trials_lib.resolve_batching("auto", "gpu") == "vmap"
+  assert trials_lib.resolve_batching("vmap", "cpu") == "vmap"

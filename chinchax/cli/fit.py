@@ -31,12 +31,13 @@ import sys
 from typing import Callable
 
 from analysis import isotime
+from analysis import tuning
 from analysis.approach1 import APPROACH1_ENVELOPES
 from analysis.approach3 import HUBER_DELTA
 from analysis.approaches import LOSSES
 from analysis.bootstrap import DEFAULT_METHOD, METHODS, check_method
 from analysis.errors import FitOptionError
-from analysis.pipeline import DEFAULT_JOBS, fit_results
+from analysis.pipeline import DEFAULT_JOBS, default_out_dir, fit_results
 from chinchax import console
 from chinchax import laws
 from chinchax.cli import helptext
@@ -166,4 +167,7 @@ def main(argv: list[str] | None = None) -> int:
               warn=(lambda msg: None) if args.quiet else console.warn, window=args.window,
               huber_delta=args.huber_delta, loss=args.loss, asymmetry=args.asymmetry,
               grid=args.grid, bootstrap_method=args.bootstrap_method, envelope=args.envelope)
+  if tuning.tuned_rows(tuning.read_rows(args.results)):  # a tuned ladder's table
+    tuning.tuning_report(args.results, args.out or default_out_dir(args.results),
+                         log=(lambda msg: None) if args.quiet else console.say)
   return 0

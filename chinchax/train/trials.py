@@ -5,10 +5,15 @@ len(multipliers) × len(seeds) trials. Trial k trains with peak LR
 ``train.peak_lr``·m_k from init seed s_k; all K read one batch stream (the data
 order of ``data.shuffle_seed``, else ``seed``). Their params and optimizer states
 are stacked on a leading trial axis (the letter K; replicated over the mesh, the
-other axes sharded as a single run's), and one jitted program,
-``jax.vmap`` of the single run's train step over (params, opt_state, m_k),
-updates all K: each op does K× the work for far less than K× the time at the
-small shapes of a ladder.
+other axes sharded as a single run's), and one jitted program updates all K
+(``train.trial_batching``): ``vmap`` of the single run's train step over
+(params, opt_state, m_k), so each kernel does K× the work of one launch, or
+``loop``, the K single steps traced one after another into the one program.
+``auto`` takes loop on CPU and vmap on accelerators: on the ladder's CPU shapes
+(d_model 8…68, one core) neither beats K separate steps, loop is as fast as vmap
+or faster and bitwise equal to the single runs (``benchmarks/trials_throughput.py``,
+README "Tuned ladders"); vmap is for backends where the small kernels' launch
+cost, not their arithmetic, sets the step time.
 
 A trial whose loss or grad norm turns NaN/Inf stops alone: from that step on
 its params and optimizer state are frozen (``alive`` False, ``diverged_step``
@@ -18,9 +23,10 @@ non-finite (and ``train.stop_on_nonfinite`` stops the run) only when every
 trial has diverged.
 
 Trial k equals the single run of :func:`trial_config` (peak_lr·m_k, seed s_k,
-the shared data order): bit for bit on fp32 CPU for power-of-two multipliers
-when XLA's batched kernels sum in the single run's order (``tests/test_trials.py``
-measures it), the LR otherwise differing in its last bit (``optim.scaled``).
+the shared data order): bit for bit on fp32 CPU with ``loop`` (``tests/test_trials.py``;
+for a multiplier other than a power of two the LR may differ from peak_lr·m_k's in
+its last bit, ``optim.scaled``), and within 1e-5 in every parameter after 8 steps with
+``vmap``, whose batched kernels may order sums otherwise (measured 1.2e-7).
 """
 
 from __future__ import annotations
@@ -97,6 +103,15 @@ def _stacked(tree, k: int):
 
 def _stacked_sharding(sharding: NamedSharding) -> NamedSharding:
   return NamedSharding(sharding.mesh, P(None, *sharding.spec))
+
+
+def resolve_batching(batching: str, platform: str) -> str:
+  """``train.trial_batching`` for a backend: "auto" is "loop" on CPU (as fast as or faster than vmap
+  at the ladder's shapes, ``benchmarks/trials_throughput.py``, and bitwise equal to single
+  runs) and "vmap" on accelerators (batched kernels, K× the work per kernel launch)."""
+  if batching != "auto":
+    return batching
+  return "loop" if platform == "cpu" else "vmap"
 
 
 def make_trials_step(single_step_for, lr_mults: jax.Array, batching: str = "vmap"):
@@ -194,7 +209,8 @@ def build_trials_program(config, spec: RunSpec, mesh: Mesh,
                "opt_state": jax.tree.map(_stacked_sharding, sh["opt_state"]),
                "alive": replicated, "diverged_step": replicated}
   trials_step = make_trials_step(single_step_for, jnp.asarray(lr_mults),
-                                 config.train.trial_batching)
+                                 resolve_batching(config.train.trial_batching,
+                                                  mesh.devices.flat[0].platform))
   step = jax.jit(sharding_lib.under_mesh(trials_step, mesh),
                  in_shardings=(shardings, single.batch_sharding), out_shardings=(shardings, None),
                  donate_argnums=0, compiler_options=single.compiler_options)
