@@ -11,6 +11,10 @@ and `ladder.depths` turns any variant into an IsoTime ladder.
 Schedules and rules: `--config.ladder.schedule=wsd` (one trunk per shape, cooldowns off it),
 `--config.ladder.hparams=fixed|deepseek|porian`, `--config.ladder.validate=False`.
 
+Tuning: `--config.ladder.lr_trials=3` trains every run at ×0.5, ×1 and ×2 the rule's LR in one
+program and fits each point's best; `--config.ladder.seeds=2` repeats each with two init seeds
+(chinchax.ladder.tuning; the report is fit/tuning.md).
+
 Variants:
   default    5 IsoFLOP budgets (2.5e10 … 8e11 FLOPs) × 5 sizes on the embedded stdlib corpus
              (bytes), then a validation run at 3 × 8e11.
