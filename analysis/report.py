@@ -15,6 +15,8 @@ JSON layout (``fit.json``):
   extrapolation), ``warnings``, ``ci`` (95% bootstrap intervals of every
   parameter and exponent), ``std`` and ``bootstrap`` (how it was drawn).
 * ``warnings``: every warning as {"approach", "message"} (also in ``fit.md``).
+* ``agreement``: Approaches 1 and 2's |Δa| against 0.05 and Approach 3's form
+  check (:func:`analysis.diagnostics.agreement`; "Agreement" in ``fit.md``).
 * ``frontier``: per C, each approach's N_opt, D_opt, tokens per parameter,
   predicted loss (Approach 3) and the bootstrap interval of N_opt.
 * ``published``: the published laws' exponents and their allocation at the
@@ -36,7 +38,8 @@ from analysis import validation as validation_lib
 from analysis.approach1 import APPROACH1_QUADRATIC_SIZES
 from analysis.approach3 import THETA_NAMES
 from analysis.approaches import APPROACHES
-from analysis.bootstrap import BootstrapResult, percentile_interval
+from analysis.bootstrap import BootstrapResult, percentile_interval, residual_pool
+from analysis.diagnostics import agreement, agreement_markdown
 from analysis.fit import FitReport
 
 
@@ -195,6 +198,8 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
       out[f"approach{key}"] = {"status": "skipped", "reason": report.skipped[key]}
   out["warnings"] = [{"approach": k, "message": m} for k in APPROACHES
                      for m in report.warnings.get(k, ())]
+  pool = residual_pool(runs)    # the runs' scatter, as fit_all judges Approach 3's warnings by
+  out["agreement"] = agreement(report.results, pool.sd if pool.dof > 0 else None)
   out["frontier"] = _frontier_rows(report)
   cmax = float(runs.C.max())
   pub = {}
@@ -269,6 +274,7 @@ def markdown(data: dict) -> str:
   for name, p in data.get("published", {}).items():
     lines.append(f"| {name} (published) | {_fmt(p['a'])} | {_fmt(p['b'])} |")
   lines.append("")
+  lines += agreement_markdown(data.get("agreement"))
   if data.get("validation"):
     lines += validation_lib.markdown(data["validation"])
   d3 = data.get("approach3")
