@@ -184,6 +184,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
   l.lr_trials = 1                 # K > 1: every run trains K learning rates in one program (rule's LR × lr_trial_factor^u, u = -(K-1)/2 … (K-1)/2); the fit reads each point's best (chinchax.ladder.tuning)
   l.lr_trial_factor = 2.0         # ratio of neighbouring LR trials' peak LRs (K = 3: ×0.5, ×1, ×2)
+  l.lr_trial_center = 1.0         # the middle trial's multiplier of the rule's LR (2: K = 3 tries ×1, ×2, ×4)
   l.seeds = 1                     # S > 1: every LR trial with S init seeds (seed, seed+1, …) on one batch stream; the point is their mean, seed_sd its noise
   l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: README)
   l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)

@@ -19,6 +19,7 @@ from test_ladder import _ladder_config
     ({"lr_trials": 0}, r"ladder.lr_trials=0 must be a positive integer"),
     ({"seeds": -1}, r"ladder.seeds=-1 must be a positive integer"),
     ({"lr_trial_factor": 1.0}, r"ladder.lr_trial_factor=1.0 must be a number > 1"),
+    ({"lr_trial_center": 0.0}, r"ladder.lr_trial_center=0.0 must be a positive number"),
     ({"lr_trials": 3, "schedule": "wsd"}, r"schedule='wsd': a cooldown starts"),
     ({"seeds": 2, "budget_kind": "seconds"}, r"budget_kind='seconds': K trials take"),
 ])
@@ -39,6 +40,8 @@ def test_multipliers_are_centred_on_the_rule():
   assert tuning.multipliers(lc) == pytest.approx((0.125, 0.5, 2.0, 8.0))
   lc.lr_trials = 1
   assert tuning.multipliers(lc) == (1.0,)
+  lc.update(lr_trials=3, lr_trial_factor=2.0, lr_trial_center=2.0)
+  assert tuning.multipliers(lc) == (1.0, 2.0, 4.0)
 
 
 def _summary(tmp_path, finals):

@@ -60,7 +60,7 @@ def _fit(config, table, devices=None) -> None:
         isotime_fit.add_isotime_validation(table, out, log=console.say)
       else:
         fit_pipeline.add_validation(table, out, log=console.say)
-  if lc.lr_trials * lc.seeds > 1:  # a tuned ladder: best LR vs the rule, LR law, a untuned
+  if ladder_lib.tuned(lc):  # a tuned ladder: best LR vs the rule, LR law, a untuned
     try:
       tuning_report.tuning_report(str(table), str(out), log=console.say)
     except errors.UserError as e:

@@ -20,6 +20,7 @@ from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladd
 from chinchax.ladder.lease import Lease, Leases, worker_id
 from chinchax.ladder.local import run_local_workers, worker_command
 from chinchax.ladder.table import ResultsTable
+from chinchax.ladder.tuning import tuned
 from chinchax.ladder.validation import plan_validation, run_validation
 from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, prepare, run_states,
                                     train_run, work)
@@ -27,6 +28,6 @@ from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, prepare
 __all__ = [
     "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
     "describe", "finish_line", "plan_runs", "plan_validation", "prepare", "run_config",
-    "run_ladder", "run_local_workers", "run_states", "run_validation", "train_run", "validate_ladder", "work", "worker_command",
-    "worker_id",
+    "run_ladder", "run_local_workers", "run_states", "run_validation", "train_run", "tuned",
+    "validate_ladder", "work", "worker_command", "worker_id",
 ]

@@ -35,7 +35,7 @@ def describe(plan: worker_lib.LadderPlan) -> None:
             if timed else "the 'ladder' shape rule (n_layers fixed, d_model in steps of 4)")
   console.say(f"        shapes: {shapes}; hyperparameters: ladder.hparams={lc.hparams!r}; "
               f"init: model.init={plan.config.train_config.model.init!r}")
-  if lc.lr_trials * lc.seeds > 1:
+  if tuning.tuned(lc):
     mults = ", ".join(f"×{m:g}" for m in tuning.multipliers(lc))
     console.say(f"        tuned: every run trains {lc.lr_trials} LR(s) ({mults} the rule's) × "
                 f"{lc.seeds} seed(s) in one program; each point is its best LR's "

@@ -1,8 +1,9 @@
 """Tuned ladders: each grid point trains K learning-rate trials (and/or seeds) in one program.
 
 ``ladder.lr_trials`` = K > 1 gives every run of a FLOP ladder K trials whose peak
-LRs are the rule's (``ladder.hparams``) times ``ladder.lr_trial_factor``^u,
-u = −(K−1)/2 … (K−1)/2 (×0.5, ×1, ×2 for K = 3 and factor 2);
+LRs are the rule's (``ladder.hparams``) times ``ladder.lr_trial_center`` ·
+``ladder.lr_trial_factor``^u, u = −(K−1)/2 … (K−1)/2 (×0.5, ×1, ×2 for K = 3, factor 2
+and centre 1);
 ``ladder.seeds`` = S > 1 repeats each LR with S init seeds (``seed``, ``seed``+1, …),
 all on one batch stream. They run as one ``chinchax train`` of K·S trials
 (``train.lr_multipliers`` × ``train.trial_seeds``; :mod:`chinchax.train.trials`).
@@ -31,9 +32,15 @@ from chinchax import config as config_lib
 
 
 def multipliers(lc) -> tuple[float, ...]:
-  """The LR multipliers of ``ladder.lr_trials`` and ``ladder.lr_trial_factor`` (×1 alone for 1)."""
-  k, f = lc.lr_trials, lc.lr_trial_factor
-  return tuple(float(f ** (i - (k - 1) / 2.0)) for i in range(k))
+  """The LR multipliers of ``ladder.lr_trials``, ``lr_trial_factor`` and ``lr_trial_center``
+  (the centre alone for one trial)."""
+  k, f, c = lc.lr_trials, lc.lr_trial_factor, lc.lr_trial_center
+  return tuple(float(c * f ** (i - (k - 1) / 2.0)) for i in range(k))
+
+
+def tuned(lc) -> bool:
+  """Whether the ladder's runs carry trials: more than one LR or seed, or an LR off the rule's."""
+  return lc.lr_trials * lc.seeds > 1 or lc.lr_trial_center != 1
 
 
 def validate_tuning(lc) -> None:
@@ -54,7 +61,11 @@ def validate_tuning(lc) -> None:
   if not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 1:
     raise E(f"ladder.lr_trial_factor={f!r} must be a number > 1 (the ratio of neighbouring "
             f"trials' learning rates, e.g. 2)")
-  if lc.lr_trials * lc.seeds == 1:
+  c = lc.lr_trial_center
+  if not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
+    raise E(f"ladder.lr_trial_center={c!r} must be a positive number (the middle trial's "
+            f"multiplier of the rule's LR, e.g. 1 or 2)")
+  if not tuned(lc):
     return
   if lc.schedule == "wsd":
     raise E(f"ladder.lr_trials={lc.lr_trials} / ladder.seeds={lc.seeds} with ladder.schedule="
@@ -68,8 +79,8 @@ def validate_tuning(lc) -> None:
 
 def apply(cfg, lc) -> None:
   """Sets ``cfg.train.lr_multipliers`` and ``train.trial_seeds`` from the ladder's tuning knobs
-  (nothing for one trial: the run is a plain single run)."""
-  if lc.lr_trials * lc.seeds == 1:
+  (nothing for one trial at the rule's LR: the run is a plain single run)."""
+  if not tuned(lc):
     return
   cfg.train.lr_multipliers = ",".join(f"{m:.17g}" for m in multipliers(lc))
   cfg.train.trial_seeds = ",".join(str(cfg.seed + i) for i in range(lc.seeds))
