@@ -147,6 +147,38 @@ def load_params(workdir, step: int | None = None) -> tuple[dict, int]:
   return _strip_values(out["params"]), step
 
 
+def pick_trial(params: dict, run: dict, workdir: pathlib.Path, trial: int | None) -> tuple:
+  """(params of one trial, its index or None) of a run's params; a trials run's (``train.trials``)
+  carry a leading trial axis: ``trial``, else ``best_trial`` of its summary.json.
+
+  Raises:
+    ExportError: ``trial`` given for a plain run or out of range, or a trials run with no
+      finished summary (and no ``trial``) or whose trials all diverged.
+  """
+  t = run.get("config", {}).get("train", {})
+  counts = [len([x for x in str(t.get(key, "")).split(",") if x.strip()])
+            for key in ("lr_multipliers", "trial_seeds")]
+  k = max(counts[0], 1) * max(counts[1], 1)
+  if not any(counts):
+    if trial is not None:
+      raise ExportError(f"--trial {trial}: {str(workdir)!r} is a single run, not a trials run")
+    return params, None
+  if trial is None:
+    summary = workdir / "summary.json"
+    trial = json.loads(summary.read_text()).get("best_trial") if summary.is_file() else None
+    if trial is None:
+      raise ExportError(f"{str(workdir)!r} holds {k} trials and no finished summary names the "
+                        f"best (or all diverged); choose one with --trial 0…{k - 1}")
+  if not 0 <= trial < k:
+    raise ExportError(f"--trial {trial} is out of range: {str(workdir)!r} holds trials 0…{k - 1}")
+  return _index_tree(params, trial), trial
+
+
+def _index_tree(tree, i: int):
+  return {k: _index_tree(v, i) if isinstance(v, dict) else np.asarray(v)[i]
+          for k, v in tree.items()}
+
+
 def model_config(run: dict):
   """The float32 ``chinchax.model.ModelConfig`` of a run's config.json."""
 
@@ -329,7 +361,7 @@ def _apply_umask(directory: pathlib.Path) -> None:
 
 def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = None,
            dtype: str = "float32", tokenizer_path: str = "", overwrite: bool = False,
-           verify: bool = False) -> pathlib.Path:
+           verify: bool = False, trial: int | None = None) -> pathlib.Path:
   """Exports a run's checkpoint as an HF Llama directory; returns its path.
 
   Args:
@@ -342,6 +374,8 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     overwrite: replace an existing ``out``.
     verify: compare a float64 numpy forward pass of the exported tensors with
       chinchax's logits on a fixed batch and print the largest difference.
+    trial: of a trials run (``train.lr_multipliers`` / ``trial_seeds``), the trial to
+      export (default: its summary's ``best_trial``; see :func:`pick_trial`).
   Raises:
     ExportError: unknown format or dtype, not a run, no checkpoint, ``out``
       exists, or a tokenizer with more ids than the model's vocab_size.
@@ -369,6 +403,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
         f"tokenizer {str(tok_file)!r} has {tok.vocab_size} ids but the checkpoint's model has "
         f"vocab_size={cfg.vocab_size}; it was trained with another tokenizer")
   params, step = load_params(workdir, step)
+  params, trial = pick_trial(params, run, workdir, trial)
   if params["embed_VD"].shape != (cfg.vocab_size, cfg.d_model):
     raise ExportError(f"checkpoint embedding is {params['embed_VD'].shape}, but config.json "
                       f"says vocab_size={cfg.vocab_size}, d_model={cfg.d_model}")
@@ -392,7 +427,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
           "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": tok.eos_token,
           "bos_token": tok.eos_token, "model_max_length": hf_config["max_position_embeddings"]},
           indent=2))
-    info = {"workdir": str(workdir), "step": step, "format": fmt, "dtype": dtype,
+    info = {"workdir": str(workdir), "step": step, "trial": trial, "format": fmt, "dtype": dtype,
             "tokenizer": tok_info, "architecture": "LlamaForCausalLM",
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))

@@ -158,6 +158,20 @@ def test_a_trials_run_equals_its_single_runs(trials_reference, tmp_path):
     assert trial_rows[r["step"]]["trial_loss"][1] == r["loss"]
     if "eval_loss" in r:
       assert trial_rows[r["step"]]["trial_eval_loss"][1] == r["eval_loss"]
+  # export: trial 1 of the trials run is the single run's model, tensor for tensor
+  import safetensors.numpy as st
+  from chinchax import export as export_lib
+  got = st.load_file(str(export_lib.export(c.workdir, tmp_path / "e1", trial=1)
+                         / "model.safetensors"))
+  want = st.load_file(str(export_lib.export(single_c.workdir, tmp_path / "es")
+                          / "model.safetensors"))
+  assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+  best = export_lib.export(c.workdir, tmp_path / "eb")
+  assert json.loads((best / "export_info.json").read_text())["trial"] == summary["best_trial"]
+  with pytest.raises(export_lib.ExportError, match=r"--trial 2 is out of range"):
+    export_lib.export(c.workdir, tmp_path / "e2", trial=2)
+  with pytest.raises(export_lib.ExportError, match=r"is a single run"):
+    export_lib.export(single_c.workdir, tmp_path / "e3", trial=0)
 
 
 def test_a_preempted_trials_run_resumes_bitwise(trials_reference, tmp_path, monkeypatch):

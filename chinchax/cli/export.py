@@ -32,6 +32,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument("--step", type=int, default=None,
                       help="checkpoint step (default: the latest)")
   parser.add_argument("--dtype", default="float32", help="tensor dtype: float32 | bfloat16")
+  parser.add_argument("--trial", type=int, default=None,
+                      help="of a trials run: the trial to export (default: its best)")
   parser.add_argument("--tokenizer", default="", metavar="PATH",
                       help="tokenizer.json to include (default: the run's own, if it has one)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -42,7 +44,7 @@ def main(argv: list[str]) -> int:
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
-                          dtype=args.dtype, tokenizer_path=args.tokenizer,
+                          trial=args.trial, dtype=args.dtype, tokenizer_path=args.tokenizer,
                           overwrite=args.overwrite, verify=args.verify)
   console.say(f"exported {args.workdir} → {out} (HF LlamaForCausalLM, {args.dtype})")
   return 0
