@@ -143,8 +143,10 @@ def untuned_a(rows: list[dict], out_dir: str) -> dict:
 
 
 def tuning_report(results_path: str, out_dir: str, log: Callable[[str], None] = print) -> dict:
-  """Writes ``tuning.json`` and ``tuning.md`` into ``out_dir`` and appends a note to its
-  ``fit.md`` (when present) that the fit read each point's best LR. Returns the report.
+  """Writes ``tuning.json``, ``tuning.md`` and ``untuned_results.jsonl`` (the table of the ×1
+  trials that a untuned is fitted on, :func:`untuned_table`) into ``out_dir``, and appends a
+  note to its ``fit.md`` (when present) that the fit read each point's best LR. Returns the
+  report.
 
   Raises:
     FitError: the table has no tuned rows.

@@ -105,8 +105,8 @@ def parse_trial_seeds(text) -> tuple[int, ...]:
     part = part.strip()
     if not part:
       continue
-    if not part.isdigit():
-      raise ConfigError(f"train.trial_seeds={text!r}: {part!r} is not a non-negative integer; "
+    if not (part.isascii() and part.isdigit()) or int(part) >= 2 ** 32:
+      raise ConfigError(f"train.trial_seeds={text!r}: {part!r} is not an integer in [0, 2^32); "
                         f"give comma-separated init seeds, e.g. '0,1,2', or ''")
     if int(part) in out:
       raise ConfigError(f"train.trial_seeds={text!r} repeats {part!r}; give distinct seeds")
@@ -121,6 +121,7 @@ def data_shuffle_seed(c) -> int:
   return c.seed if value == -1 else value
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: a trial's LR must stay below it
 TRIAL_BATCHING = ("auto", "vmap", "loop")  # train.trial_batching: how one program steps K trials
 
 COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per backend
@@ -277,7 +278,11 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   if not isinstance(m.document_mask, bool):
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   check_positive(t.stop_after_s, "train.stop_after_s", allow_zero=True)
-  parse_lr_multipliers(t.lr_multipliers)
+  for mult in parse_lr_multipliers(t.lr_multipliers):
+    if not t.peak_lr * mult < FLOAT32_MAX:
+      raise ConfigError(f"train.lr_multipliers={t.lr_multipliers!r}: {mult:g} × train.peak_lr="
+                        f"{t.peak_lr:g} overflows float32 (the LR would be inf); give multipliers "
+                        f"below {FLOAT32_MAX / t.peak_lr:.3g}")
   parse_trial_seeds(t.trial_seeds)
   check_choice(t.trial_batching, TRIAL_BATCHING, "train.trial_batching")
   if not isinstance(t.stop_on_nonfinite, bool):

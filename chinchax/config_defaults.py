@@ -23,7 +23,7 @@ from chinchax.config_checks import ConfigError
 def base_config() -> ml_collections.ConfigDict:
   """The default config: every knob with a one-line comment."""
   c = ml_collections.ConfigDict()
-  c.seed = 0                      # seeds parameter init and the data order
+  c.seed = 0                      # seeds parameter init and the data order (data.shuffle_seed, if set, seeds the order)
   c.workdir = "runs/default"      # checkpoints, metrics.jsonl, config.json go here
   c.compile_cache_dir = "~/.cache/chinchax/jax"  # persistent XLA compilation cache ("" = off)
 
@@ -182,7 +182,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.probe_steps = 100             # seconds: timed steps of a probe (a short `chinchax train` of the run's config, after its compiling step); their mean sets the run's steps
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
-  l.lr_trials = 1                 # K > 1: every run trains K learning rates in one program (rule's LR × lr_trial_factor^u, u = -(K-1)/2 … (K-1)/2); the fit reads each point's best (chinchax.ladder.tuning)
+  l.lr_trials = 1                 # K > 1: every run trains K learning rates in one program (rule's LR × lr_trial_center × lr_trial_factor^u, u = -(K-1)/2 … (K-1)/2; an odd K holds the centre itself, so tuning.md can compare the untuned ×1 trials); the fit reads each point's best (chinchax.ladder.tuning)
   l.lr_trial_factor = 2.0         # ratio of neighbouring LR trials' peak LRs (K = 3: ×0.5, ×1, ×2)
   l.lr_trial_center = 1.0         # the middle trial's multiplier of the rule's LR (2: K = 3 tries ×1, ×2, ×4)
   l.seeds = 1                     # S > 1: every LR trial with S init seeds (seed, seed+1, …) on one batch stream; the point is their mean, seed_sd its noise

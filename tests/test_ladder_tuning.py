@@ -32,6 +32,15 @@ def test_bad_tuning_knobs_are_one_error_before_any_run(tmp_path, small_corpus, s
   assert not (tmp_path / "ladder" / "results.jsonl").exists()
 
 
+def test_a_ladder_takes_its_trials_from_its_own_knobs(tmp_path, small_corpus, store_root):
+  c = _ladder_config(tmp_path, small_corpus, store_root)
+  c.train_config.train.lr_multipliers = "0.5,2"
+  with pytest.raises(config_lib.ConfigError, match=r"train_config.train.lr_multipliers='0.5,2' "
+                                                   r"in a ladder: give a ladder its trials"):
+    ladder.run_ladder(c)
+  assert not (tmp_path / "ladder").exists()
+
+
 def test_multipliers_are_centred_on_the_rule():
   lc = config_lib.get_ladder_variant("tiny").ladder
   lc.update(lr_trials=3, lr_trial_factor=2.0)

@@ -26,7 +26,10 @@ ONE = jax.devices()[:1]
     ("lr_multipliers", "0.5,x", r"'x' is not a positive number"),
     ("lr_multipliers", "1,-2", r"'-2' is not a positive number"),
     ("lr_multipliers", "1,1.0", r"repeats '1.0'"),
-    ("trial_seeds", "0,-1", r"'-1' is not a non-negative integer"),
+    ("trial_seeds", "0,-1", r"'-1' is not an integer in \[0, 2\^32\)"),
+    ("trial_seeds", "4294967296", r"'4294967296' is not an integer in \[0, 2\^32\)"),
+    ("trial_seeds", "²", r"'²' is not an integer"),
+    ("lr_multipliers", "1,1e42", r"1e\+42 × train.peak_lr=0.003 overflows float32"),
     ("trial_seeds", "3,3", r"repeats '3'"),
 ])
 def test_bad_trials_are_one_clear_error(tiny_config, field, text, needle):
@@ -119,6 +122,27 @@ def test_a_diverging_trial_stops_alone():
   assert math.isnan(float(m["loss"])) and not bool(np.any(m["alive"]))
 
 
+def test_a_trial_whose_parameters_turn_nan_stops_alone():
+  """An infinite update leaves the loss of its step finite: the parameters are checked too."""
+
+  def single_step_for(m):
+    def step(state, batch):
+      w = jnp.where(m > 1.0, jnp.nan, state["params"]["w"] - m)
+      return ({"step": state["step"] + 1, "params": {"w": w}, "opt_state": state["opt_state"]},
+              {"loss": jnp.float32(1.0), "grad_norm": jnp.float32(1.0), "lr": m})
+    return step
+
+  step = jax.jit(trials_lib.make_trials_step(single_step_for, jnp.array([2.0, 0.5])))
+  state = {"step": jnp.int32(0), "params": {"w": jnp.zeros((2, 3))},
+           "opt_state": {"count": jnp.zeros((2,), jnp.int32)},
+           "alive": jnp.ones((2,), bool), "diverged_step": jnp.zeros((2,), jnp.int32)}
+  for _ in range(3):
+    state, m = step(state, jnp.zeros((1, 2), jnp.int32))
+  np.testing.assert_array_equal(state["params"]["w"], [[0.0] * 3, [-1.5] * 3])
+  np.testing.assert_array_equal(state["diverged_step"], [1, 0])
+  assert float(m["lr"]) == 0.5  # the first live trial's
+
+
 def _trials_run(c, workdir, **train):
   c = c.copy_and_resolve_references()
   c.workdir = str(workdir)
@@ -185,6 +209,7 @@ def test_a_preempted_trials_run_resumes_bitwise(trials_reference, tmp_path, monk
   other.train.lr_multipliers = "0.5,4"
   with pytest.raises(checkpoint_lib.CheckpointError, match=r"train.lr_multipliers='0.5,4'"):
     train_lib.train(other, devices=ONE, verbose=False)
+  c.train.lr_multipliers = "0.50,2.0"  # the saved '0.5,2' written otherwise: the same trials
   resumed = train_lib.train(c, devices=ONE, verbose=False)
   assert resumed["resumed"] and resumed["trials"] == summary["trials"]
   assert [r["trial_loss"] for r in _rows(c.workdir)] == [

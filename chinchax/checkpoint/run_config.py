@@ -25,7 +25,7 @@ RESUME_KEYS = (
     "train.global_batch_size", "train.seq_len", "train.peak_lr", "train.warmup_steps",
     "train.min_lr_ratio", "train.b1", "train.b2", "train.eps", "train.weight_decay",
     "train.decay_embeddings", "train.grad_clip", "train.z_loss",
-    "train.lr_multipliers", "train.trial_seeds", "train.trial_batching",
+    "train.lr_multipliers", "train.trial_seeds",
     "train.schedule", "train.decay_fraction", "train.decay_shape", "train.decay_start_step",
     "budget.mode", "budget.tokens_per_param", "budget.flops", "budget.tokens", "budget.steps",
     "budget.n_kind",
@@ -144,7 +144,7 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
         missing = True
         break
       old_v, new_v = old_v[part], new_v[part]
-    if not missing and old_v != new_v:
+    if not missing and _normal(key, old_v) != _normal(key, new_v):
       changed.append(f"{key}={new_v!r} (saved {old_v!r})")
   if changed:
     raise CheckpointError(
@@ -152,6 +152,16 @@ def check_compatible(workdir: pathlib.Path, config, vocab_size: int | None = Non
         f"change it: {', '.join(changed)}. Use another workdir, or the saved settings")
   if tokenizer_sha256 is not None:  # same settings, but the tokenizer file has other contents
     check_data_signature(workdir, "tokenizer_sha256", tokenizer_sha256, payload)
+
+
+def _normal(key: str, value):
+  """A resume key's value as compared: a trials list by its numbers ("0.5,1" equals "0.5,1.0")."""
+  if key in ("train.lr_multipliers", "train.trial_seeds") and isinstance(value, str):
+    try:
+      return tuple(float(x) for x in value.split(",") if x.strip())
+    except ValueError:
+      return value
+  return value
 
 
 def saved_init(workdir: pathlib.Path) -> dict | None:

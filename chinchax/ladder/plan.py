@@ -95,6 +95,7 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
   """
   lc = config.ladder
   grid.validate_ladder(lc)
+  tuning.check_train_config(config)
   base = config.train_config
   config_lib.validate(base)
   devices = list(jax.devices() if devices is None else devices)

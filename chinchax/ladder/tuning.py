@@ -77,6 +77,21 @@ def validate_tuning(lc) -> None:
             f"mean the same run; use budget_kind='flops' or one trial")
 
 
+def check_train_config(config) -> None:
+  """A ladder's trials come from its own knobs, not from ``train_config``.
+
+  Raises:
+    ConfigError: ``train_config.train.lr_multipliers`` or ``trial_seeds`` is set.
+  """
+  t = config.train_config.train
+  for key in ("lr_multipliers", "trial_seeds"):
+    if str(t[key]).strip():
+      raise config_lib.ConfigError(
+          f"train_config.train.{key}={t[key]!r} in a ladder: give a ladder its trials with "
+          f"ladder.lr_trials, ladder.lr_trial_factor, ladder.lr_trial_center and ladder.seeds "
+          f"(their rows and tuning report follow from those), and leave {key} ''")
+
+
 def apply(cfg, lc) -> None:
   """Sets ``cfg.train.lr_multipliers`` and ``train.trial_seeds`` from the ladder's tuning knobs
   (nothing for one trial at the rule's LR: the run is a plain single run)."""

@@ -291,7 +291,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
                      compiler_options=program.compiler_options)
   if trials:
     summary = trials_lib.summarize_trials(summary, trials, evaluate, log.metrics.last_trial_loss,
-                                          jax.device_get(state["diverged_step"]))
+                                          jax.device_get(state["diverged_step"]),
+                                          data.train_bits_per_byte)
   summary = keep_measured_speed(summary, workdir / "summary.json")
   if primary:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -15,7 +15,7 @@ or faster and bitwise equal to the single runs (``benchmarks/trials_throughput.p
 README "Tuned ladders"); vmap is for backends where the small kernels' launch
 cost, not their arithmetic, sets the step time.
 
-A trial whose loss or grad norm turns NaN/Inf stops alone: from that step on
+A trial whose loss, grad norm or updated parameters turn NaN/Inf stops alone: from that step on
 its params and optimizer state are frozen (``alive`` False, ``diverged_step``
 set, both in the checkpointed state) and its losses are recorded as NaN; the
 others go on. The run's ``loss`` is the mean over live trials, so it turns
@@ -121,9 +121,12 @@ def make_trials_step(single_step_for, lr_mults: jax.Array, batching: str = "vmap
   scaled by ``m``. ``batching`` "vmap": it is vmapped over (params, opt_state, m)
   with the batch and step shared (batched kernels: K× the work per op); "loop":
   the K single steps are traced one after another into the one program (each
-  trial's ops exactly the single run's: bitwise, but no batched kernels). Metrics: ``trial_loss``, ``trial_grad_norm``, ``trial_lr`` float32
-  [K] (NaN for a diverged trial), ``alive`` bool [K]; ``loss`` the mean over live
-  trials and ``grad_norm`` their largest (NaN when none is live), ``lr`` trial 0's.
+  trial's ops exactly the single run's: bitwise, but no batched kernels). A trial is
+  frozen (``alive`` False) at the first step whose loss, grad norm or updated
+  parameters are not all finite. Metrics: ``trial_loss``, ``trial_grad_norm``,
+  ``trial_lr`` float32 [K] (NaN for a diverged trial), ``alive`` bool [K]; ``loss`` the
+  mean over live trials and ``grad_norm`` their largest (NaN when none is live), ``lr``
+  the first live trial's (trial 0's when none is).
   """
   k = lr_mults.shape[0]
 
@@ -140,9 +143,15 @@ def make_trials_step(single_step_for, lr_mults: jax.Array, batching: str = "vmap
                 lr_mults[i], step, batch_BT1) for i in range(k)]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
+  def finite_K(tree):  # bool [K]: every entry of trial k's arrays is finite
+    leaves = [jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim)))
+              for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves), axis=0)
+
   def trials_step(state, batch_BT1):
     params, opt_state, m = stepped(state["params"], state["opt_state"], state["step"], batch_BT1)
-    ok_K = (state["alive"] & jnp.isfinite(m["loss"]) & jnp.isfinite(m["grad_norm"]))
+    ok_K = (state["alive"] & jnp.isfinite(m["loss"]) & jnp.isfinite(m["grad_norm"])
+            & finite_K(params))
 
     def keep(new, old):
       return jnp.where(ok_K.reshape((k,) + (1,) * (new.ndim - 1)), new, old)
@@ -154,7 +163,7 @@ def make_trials_step(single_step_for, lr_mults: jax.Array, batching: str = "vmap
     metrics = {
         "loss": jnp.where(n_live > 0, jnp.sum(jnp.where(ok_K, m["loss"], 0.0)) / n_live, nan),
         "grad_norm": jnp.where(n_live > 0, jnp.max(jnp.where(ok_K, m["grad_norm"], -1.0)), nan),
-        "lr": m["lr"][0], "trial_loss": loss_K, "trial_grad_norm": grad_K,
+        "lr": m["lr"][jnp.argmax(ok_K)], "trial_loss": loss_K, "trial_grad_norm": grad_K,
         "trial_lr": m["lr"], "alive": ok_K}
     if "z_loss" in m:
       metrics["z_loss"] = jnp.where(n_live > 0, jnp.sum(jnp.where(ok_K, m["z_loss"], 0.0))
@@ -260,7 +269,7 @@ def describe(trials: tuple[Trial, ...]) -> str:
 
 
 def summarize_trials(summary: dict, trials: tuple[Trial, ...], evaluate: TrialsEvaluator,
-                     last_train_loss, diverged_step) -> dict:
+                     last_train_loss, diverged_step, bits_per_byte=None) -> dict:
   """The summary of a trials run: ``trials`` (one record per trial) and ``best_trial``.
 
   Each record: the trial's hyperparameters (:meth:`Trial.to_json`), its
@@ -268,8 +277,9 @@ def summarize_trials(summary: dict, trials: tuple[Trial, ...], evaluate: TrialsE
   diverged), ``final_train_loss`` (its last logged train loss) and
   ``diverged_step`` (the first step whose loss or grad norm was NaN/Inf; None
   while it trained to the end). The run's own ``final_eval_loss`` (and its SE) is the best
-  trial's, its ``final_train_loss`` that trial's train loss, ``best_trial`` its index
-  (None when every trial diverged).
+  trial's, its ``final_train_loss`` (and ``final_train_bits_per_byte``, through
+  ``bits_per_byte``: nats/token → bits/byte of the training split) that trial's train
+  loss, ``best_trial`` its index (None when every trial diverged).
   """
   best = evaluate.best()
   train = list(last_train_loss or [None] * len(trials))
@@ -283,6 +293,8 @@ def summarize_trials(summary: dict, trials: tuple[Trial, ...], evaluate: TrialsE
   out = {**summary, "trials": records, "best_trial": best}
   if best is not None and records[best]["final_train_loss"] is not None:
     out["final_train_loss"] = records[best]["final_train_loss"]
+    if bits_per_byte is not None:
+      out["final_train_bits_per_byte"] = bits_per_byte(out["final_train_loss"])
   return out
 
 
