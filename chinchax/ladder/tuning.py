@@ -153,4 +153,5 @@ def row_fields(summary: dict, workdir: pathlib.Path, n_params: int,
   return {**out, "final_eval_loss": finite[best], "final_eval_loss_se": se,
           "eval_curve": curve.tolist(), "best_lr_mult": best,
           "best_peak_lr": group[0]["peak_lr"], "seed_sd": sd,
-          "final_train_loss": float(np.mean([t["final_train_loss"] for t in group]))}
+          **({"final_train_loss": float(np.mean(train))} if (train := [
+              t["final_train_loss"] for t in group if t["final_train_loss"] is not None]) else {})}
