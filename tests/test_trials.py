@@ -248,3 +248,15 @@ def test_auto_batching_is_loop_on_cpu_and_vmap_on_accelerators():
   assert trials_lib.resolve_batching("auto", "cpu") == "loop"
   assert trials_lib.resolve_batching("auto", "gpu") == "vmap"
   assert trials_lib.resolve_batching("vmap", "cpu") == "vmap"
+
+
+def test_a_single_run_cannot_start_from_a_trials_run(trials_reference, tmp_path):
+  c, _ = trials_reference
+  single = trials_lib.trial_config(c, trials_lib.parse_trials(c)[0])
+  single.workdir = str(tmp_path / "from_trials")
+  single.train.init_from = c.workdir
+  single.budget.steps = 20  # past the source's step 12
+  with pytest.raises(checkpoint_lib.CheckpointError, match=r"is a trials run \(train.lr_multipliers"
+                                                           r"='0.5,2'.*continue from a single run"):
+    train_lib.train(single, devices=ONE, verbose=False)
+  assert not (tmp_path / "from_trials" / "checkpoints").exists()

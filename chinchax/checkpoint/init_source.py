@@ -118,6 +118,12 @@ def check_init_source(config, workdir: pathlib.Path, steps: int, vocab_size: int
       raise CheckpointError(f"{where} is a model with model.{k}={theirs[k]!r}, but this run has "
                             f"model.{k}={ours[k]!r}; use the source's model settings")
   src_cfg = payload.get("config", {})
+  src_trials = {k: src_cfg.get("train", {}).get(k, "") for k in ("lr_multipliers", "trial_seeds")}
+  if any(str(v).strip() for v in src_trials.values()):
+    raise CheckpointError(f"{where} is a trials run (train.lr_multipliers="
+                          f"{src_trials['lr_multipliers']!r}, train.trial_seeds="
+                          f"{src_trials['trial_seeds']!r}): its checkpoint stacks several models; "
+                          f"continue from a single run (or export one trial)")
   for key in INIT_KEYS:
     old_v, new_v = src_cfg, config
     for part in key.split("."):
