@@ -56,6 +56,10 @@ class Evaluator:
     """The eval of a train state's params (the loop's call; see ``trials.TrialsEvaluator``)."""
     return self(state["params"], final)
 
+  def row_fields(self) -> dict:
+    """Metric-row fields of the last eval beyond its loss (none for one run)."""
+    return {}
+
   def __call__(self, params, final: bool = True) -> tuple[float, float | None]:
     w = self.data.windows
     if w is None:

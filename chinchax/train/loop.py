@@ -98,8 +98,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       if is_eval:
         log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state, final=is_last)
         extra["eval_loss"] = log.eval_loss
-        if isinstance(evaluate, trials_lib.TrialsEvaluator):
-          extra["trial_eval_loss"] = evaluate.trial_losses()
+        extra.update(evaluate.row_fields())
         if log.eval_loss_se is not None:
           extra["eval_loss_se"] = log.eval_loss_se
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)

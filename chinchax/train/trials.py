@@ -257,9 +257,10 @@ class TrialsEvaluator:
     live = [i for i, (loss, _) in enumerate(self.per_trial) if math.isfinite(loss)]
     return min(live, key=lambda i: self.per_trial[i][0]) if live else None
 
-  def trial_losses(self) -> list[float | None]:
-    """The last eval's loss of each trial, nats/token (None: diverged), for a metrics row."""
-    return [loss if math.isfinite(loss) else None for loss, _ in self.per_trial]
+  def row_fields(self) -> dict:
+    """``trial_eval_loss``: the last eval's loss of each trial, nats/token (None: diverged)."""
+    return {"trial_eval_loss": [loss if math.isfinite(loss) else None
+                                for loss, _ in self.per_trial]}
 
 
 def describe(trials: tuple[Trial, ...]) -> str:
