@@ -163,6 +163,38 @@ def parse_compiler_options(text) -> dict[str, str]:
   return out
 
 
+def check_microbatches(global_batch_size: int, microbatches: int, dp: int) -> None:
+  """Refuses ``microbatches`` M unless each microbatch's B/M rows split evenly over the
+  data-parallel size ``dp`` = data×fsdp (one line naming the M that would work).
+
+  Raises:
+    ConfigError: M < 1, or (B/M) not a whole multiple of ``dp``.
+  """
+  check_positive(microbatches, "train.microbatches", integer=True)
+  B, M = global_batch_size, microbatches
+  if B % M == 0 and (B // M) % dp == 0:
+    return
+  ok = [m for m in range(1, B + 1) if B % m == 0 and (B // m) % dp == 0]
+  raise ConfigError(
+      f"train.microbatches={M} does not split train.global_batch_size={B} into microbatches "
+      f"whose rows divide evenly over the data-parallel size data×fsdp = {dp} "
+      f"(B/M = {B / M:g}); use one of {', '.join(map(str, ok)) or 'none: B < data×fsdp'}")
+
+
+def parse_loss_chunk_size(value) -> int | str:
+  """``train.loss_chunk_size``: "auto" or an integer >= 0 (0 = unchunked).
+
+  Raises:
+    ConfigError: anything else.
+  """
+  if value == "auto":
+    return value
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    raise ConfigError(f"train.loss_chunk_size={value!r} must be 'auto' or an integer >= 0 "
+                      f"(0 = the whole sequence at once)")
+  return value
+
+
 def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
   """Fills in the one -1 axis of the mesh so the product equals ``n_devices``.
 
@@ -292,6 +324,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     parse_compiler_options(options)
 
   check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
+  check_positive(t.microbatches, "train.microbatches", integer=True)
+  parse_loss_chunk_size(t.loss_chunk_size)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:
     raise ConfigError(f"train.seq_len={t.seq_len!r} must be an integer >= 2")
   check_positive(t.peak_lr, "train.peak_lr")
@@ -374,3 +408,4 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
       raise ConfigError(
           f"train.global_batch_size={t.global_batch_size} is not divisible by the data-parallel "
           f"size data×fsdp = {sizes['data']}×{sizes['fsdp']} = {dp}; use a multiple of {dp}")
+    check_microbatches(t.global_batch_size, t.microbatches, dp)

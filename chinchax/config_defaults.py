@@ -81,6 +81,8 @@ def base_config() -> ml_collections.ConfigDict:
   t.trial_seeds = ""              # trials in one program: comma-separated init seeds ("" = seed only); trials = lr_multipliers × trial_seeds, one shared batch stream
   t.trial_batching = "auto"       # trials: auto (loop on CPU, where it measured as fast as vmap; vmap elsewhere) | vmap (batched kernels; sums may be reordered: ~1e-7 after 10 steps) | loop (the K single steps in one program: bitwise equal to single runs)
   t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
+  t.microbatches = 1              # gradient accumulation: the global batch is split into this many microbatches inside one jitted step (lax.scan), gradients summed over tokens in float32, one optimizer update; may change on resume
+  t.loss_chunk_size = "auto"      # logits + cross-entropy in chunks of this many sequence positions (never the whole [B, T, V]); 0 = unchunked; auto = 0 on CPU, else min(seq_len, 512) when vocab_size >= 32768
 
   c.budget = b = ml_collections.ConfigDict()
   b.mode = "tokens_per_param"     # tokens_per_param | flops | tokens | steps: how D is set
