@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -104,7 +105,7 @@ def test_export_options_and_errors(bpe_run, tmp_path, capsys):
   assert json.loads((path / "export_info.json").read_text())["step"] == 10
   for argv, needle in [
       ([str(tmp_path / "nowhere")], "run directory '" + str(tmp_path / "nowhere") + "' does not exist"),
-      ([c.workdir, "--out", str(out)], "exists and is not empty"),
+      ([c.workdir, "--out", str(out)], "holds an earlier export; pass --overwrite"),
       ([c.workdir, "--format", "gguf", "--out", str(tmp_path / "x")], "--format 'gguf'"),
       ([c.workdir, "--step", "7", "--out", str(tmp_path / "x")], "no checkpoint at step 7"),
       ([c.workdir, "--tokenizer", str(tmp_path / "none.json"), "--out", str(tmp_path / "x")],
@@ -138,3 +139,79 @@ def test_export_files_follow_the_users_umask(bpe_run, tmp_path, umask):
   assert "model.safetensors" in modes and "tokenizer.json" in modes, modes
   assert set(modes.values()) == {0o666 & ~umask}, {k: oct(v) for k, v in modes.items()}
   assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+
+
+def _files(root):
+  """{relative path: bytes} of every file under ``root``."""
+  return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def runs(bpe_run, tmp_path):
+  """runs/x and runs/y (copies of the trained run) and runs/notes.txt, a user's file."""
+  c, _ = bpe_run
+  root = tmp_path / "runs"
+  for name in ("x", "y"):
+    shutil.copytree(c.workdir, root / name, ignore=shutil.ignore_patterns("export"))
+  (root / "notes.txt").write_text("my notes")
+  return root
+
+
+def test_overwrite_never_deletes_what_an_export_did_not_write(runs, tmp_path, capsys, monkeypatch):
+  """--out at the run, its parent, a sibling run, the run's checkpoints or a user's directory:
+  refused with one line, before any checkpoint is read, and every file is left as it was."""
+  mine = tmp_path / "mine"
+  mine.mkdir()
+  (mine / "thesis.tex").write_text("keep me")
+  (mine / "config.json").write_text("{}")
+  before = _files(tmp_path)
+
+  def no_checkpoint_read(*args, **kwargs):
+    raise AssertionError("a checkpoint was read before --out was refused")
+  monkeypatch.setattr(export, "load_params", no_checkpoint_read)
+  for out, needle in [
+      (runs / "x", "is the run directory itself"),
+      (runs, f"holds the run {runs / 'x'}"),
+      (tmp_path, f"holds the run {runs / 'x'}"),
+      (runs / "y", "is a chinchax run directory"),
+      (runs / "x" / "checkpoints", "belongs to the run"),
+      (runs / "x" / "checkpoints" / "10" / "hf", "belongs to the run"),
+      (runs / "y" / "checkpoints" / "new", "belongs to the run"),
+      (mine, "is not empty and is not an earlier export (it holds thesis.tex)"),
+      (runs / "notes.txt", "is a file")]:
+    assert cli.main(["export", str(runs / "x"), "--out", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1, (out, err)
+    assert f"--out {out} " in err and needle in err and "export" in err, (out, err)
+  assert _files(tmp_path) == before
+
+
+def test_an_earlier_export_is_replaced_atomically(runs, capsys, monkeypatch):
+  """An export may be overwritten by a new export (only with --overwrite); an interrupted
+  replacement leaves the earlier export as it was and no temporary directory."""
+  run, out = runs / "x", runs / "x" / "hf"
+  assert cli.main(["export", str(run), "--out", str(out)]) == 0
+  first = _files(out)
+  assert json.loads(first["export_info.json"])["dtype"] == "float32"
+  assert cli.main(["export", str(run), "--out", str(out), "--dtype", "bfloat16"]) == 2
+  assert "holds an earlier export; pass --overwrite" in capsys.readouterr().err
+  assert _files(out) == first
+
+  def interrupted(directory):
+    raise KeyboardInterrupt
+  with monkeypatch.context() as m:
+    m.setattr(export.outdir, "apply_umask", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+      export.export(run, out, dtype="bfloat16", overwrite=True)
+  assert _files(out) == first and sorted(p.name for p in run.iterdir() if p.name.startswith("."))  == []
+  assert cli.main(["export", str(run), "--out", str(out), "--dtype", "bfloat16",
+                   "--overwrite"]) == 0
+  assert json.loads((out / "export_info.json").read_text())["dtype"] == "bfloat16"
+  assert {p.name for p in out.iterdir()} == set(first)
+  assert sorted(p.name for p in run.iterdir()) == sorted(["checkpoints", "config.json", "hf"] + [
+      p.name for p in (runs / "y").iterdir() if p.name not in ("checkpoints", "config.json")])
+  # An export directory with anything else in it is no longer only an export's.
+  (out / "my_eval.txt").write_text("scores")
+  assert cli.main(["export", str(run), "--out", str(out), "--overwrite"]) == 2
+  assert "is not an earlier export (it holds my_eval.txt)" in capsys.readouterr().err
+  assert (out / "my_eval.txt").read_text() == "scores"

@@ -36,7 +36,8 @@ def main(argv: list[str]) -> int:
                       help="of a trials run: the trial to export (default: its best)")
   parser.add_argument("--tokenizer", default="", metavar="PATH",
                       help="tokenizer.json to include (default: the run's own, if it has one)")
-  parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="replace --out if it is an earlier export (never anything else)")
   parser.add_argument("--verify", action="store_true",
                       help="check a numpy forward of the export against chinchax's logits")
   try:

@@ -53,10 +53,11 @@ import numpy as np
 
 from chinchax import budget
 from chinchax import console
-from chinchax import errors
 from chinchax import model as model_lib
 from chinchax import paths as paths_lib
 from chinchax.data import tokenizers as tokenizers_lib
+from chinchax.export import outdir
+from chinchax.export.error import ExportError
 
 FORMATS = ("safetensors",)
 DTYPES = ("float32", "bfloat16")
@@ -75,10 +76,6 @@ MAPPING = [
     ("final_norm.scale", "model.norm.weight", "identity"),
     ("head_DV (untied only)", "lm_head.weight", "T"),
 ]
-
-
-class ExportError(errors.UserError):
-  """The workdir cannot be exported as asked; the message names what is wrong."""
 
 
 def _strip_values(tree):
@@ -347,18 +344,6 @@ def _run_tokenizer(workdir: pathlib.Path, run: dict, tokenizer_path: str):
   return path, tok, tok.eos_id, tok.describe()
 
 
-def _apply_umask(directory: pathlib.Path) -> None:
-  """Gives ``directory`` and its files the modes a new directory and file get under the
-  process's umask (0o777 and 0o666 masked): safetensors writes its file 0o600, which would
-  leave a shared model directory unreadable to the group."""
-  mask = os.umask(0)
-  os.umask(mask)
-  directory.chmod(0o777 & ~mask)
-  for f in directory.iterdir():
-    if f.is_file():
-      f.chmod(0o666 & ~mask)
-
-
 def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = None,
            dtype: str = "float32", tokenizer_path: str = "", overwrite: bool = False,
            verify: bool = False, trial: int | None = None) -> pathlib.Path:
@@ -371,14 +356,16 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     step: checkpoint step (default: latest).
     dtype: tensor dtype written, "float32" or "bfloat16".
     tokenizer_path: a tokenizer.json to include instead of the run's own.
-    overwrite: replace an existing ``out``.
+    overwrite: replace ``out`` if it is an earlier export (never anything else).
     verify: compare a float64 numpy forward pass of the exported tensors with
       chinchax's logits on a fixed batch and print the largest difference.
     trial: of a trials run (``train.lr_multipliers`` / ``trial_seeds``), the trial to
       export (default: its summary's ``best_trial``; see :func:`pick_trial`).
   Raises:
-    ExportError: unknown format or dtype, not a run, no checkpoint, ``out``
-      exists, or a tokenizer with more ids than the model's vocab_size.
+    ExportError: unknown format or dtype, not a run, no checkpoint, an ``out`` that
+      :func:`chinchax.export.outdir.check_out` refuses (the run itself, an ancestor of it,
+      a non-empty directory that is not an earlier export, an earlier export without
+      ``overwrite``), or a tokenizer with more ids than the model's vocab_size.
     TokenizerError: the tokenizer file is missing or corrupt.
   """
   if fmt not in FORMATS:
@@ -391,11 +378,8 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     raise ExportError("export needs safetensors: pip install 'chinchax[export]'") from None
   workdir = pathlib.Path(os.path.expanduser(str(workdir))).resolve()
   run = load_run(workdir)
-  out = pathlib.Path(os.path.expanduser(str(out))) if out else workdir / "export"
+  out = outdir.check_out(out or workdir / "export", workdir, overwrite)
   paths_lib.check_writable_dir(out, "--out")
-  if out.exists() and any(out.iterdir()) and not overwrite:
-    raise ExportError(f"output directory {str(out)!r} exists and is not empty; "
-                      f"pass --overwrite or choose --out")
   cfg = model_config(run)
   tok_file, tok, eos_id, tok_info = _run_tokenizer(workdir, run, tokenizer_path)
   if tok is not None and tok.vocab_size > cfg.vocab_size:
@@ -413,10 +397,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
   hf_config = llama_config(cfg, run, eos_id, dtype)
 
-  tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
-  tmp.mkdir(parents=True)
-  try:
+  def fill(tmp: pathlib.Path) -> None:
     st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
     (tmp / "generation_config.json").write_text(json.dumps(
@@ -431,14 +412,8 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
             "tokenizer": tok_info, "architecture": "LlamaForCausalLM",
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
-    _apply_umask(tmp)
-    if out.exists():  # empty, or --overwrite
-      shutil.rmtree(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+
+  outdir.write_atomically(out, fill)
   if verify:
     tokens = (np.arange(2 * 16).reshape(2, 16) * 7919) % cfg.vocab_size
     ref = chinchax_logits(params, cfg, tokens)

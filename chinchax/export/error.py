@@ -1,0 +1,9 @@
+"""The export's error type (its own module so every part of ``chinchax.export`` can raise it)."""
+
+from __future__ import annotations
+
+from chinchax import errors
+
+
+class ExportError(errors.UserError):
+  """The workdir cannot be exported as asked; the message names what is wrong."""

@@ -1,0 +1,153 @@
+"""Where ``chinchax export`` may write, and the atomic replacement of an earlier export.
+
+An export only ever replaces what an export wrote. ``--out DIR`` is accepted when DIR
+
+* does not exist, or is an empty directory, or
+* is an earlier export — it holds ``export_info.json`` and nothing but the files an
+  export writes (:data:`EXPORT_FILES`) — and ``--overwrite`` is given;
+
+and DIR is not a run directory (one holding ``checkpoints/`` or a run's ``config.json``),
+not an ancestor of the exported run, and, inside a run directory, passes through nothing
+the run holds (``RUN/export`` or ``RUN/hf/v1`` are fine while new; ``RUN/checkpoints/x``
+is not). Every refusal is one line naming DIR and what would be valid, raised before any
+checkpoint is read.
+
+The files are written into a hidden temporary sibling of DIR, which is renamed into place
+when complete; an earlier export is moved aside first and deleted only after the rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+
+from chinchax.export.error import ExportError
+
+# Every file an export may write (export_info.json marks the directory as one).
+EXPORT_FILES = frozenset({
+    "model.safetensors", "config.json", "generation_config.json", "export_info.json",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+
+
+def is_run_dir(path: pathlib.Path) -> bool:
+  """True for a chinchax run directory: it holds ``checkpoints/``, or a run's ``config.json``
+  (a JSON object with ``model_signature``, which an export's config.json never has)."""
+  if (path / "checkpoints").is_dir():
+    return True
+  try:
+    return "model_signature" in json.loads((path / "config.json").read_text())
+  except (OSError, ValueError, TypeError):
+    return False
+
+
+def is_export_dir(path: pathlib.Path) -> bool:
+  """True for an earlier export: a directory with ``export_info.json`` whose entries are all
+  plain files named in :data:`EXPORT_FILES` (no subdirectory, no link, nothing else)."""
+  if not path.is_dir() or path.is_symlink() or not (path / "export_info.json").is_file():
+    return False
+  return all(f.name in EXPORT_FILES and f.is_file() and not f.is_symlink()
+             for f in path.iterdir())
+
+
+def _valid(workdir: pathlib.Path) -> str:
+  return (f"choose a new or empty directory (default {workdir / 'export'}), or an earlier "
+          f"export (export_info.json and its files only) with --overwrite")
+
+
+def check_out(out, workdir: pathlib.Path, overwrite: bool) -> pathlib.Path:
+  """Checks that the export may write ``out`` (see the module docstring); touches nothing.
+
+  Args:
+    out: the output directory as given (``~`` expanded).
+    workdir: the exported run's directory, resolved.
+    overwrite: ``--overwrite`` was given.
+  Returns:
+    ``out`` as an absolute path, symbolic links resolved.
+  Raises:
+    ExportError: ``out`` is the run, holds it, lies among a run's own files, is a file, is
+      a non-empty directory that is not an earlier export, or is an earlier export and
+      ``overwrite`` is false.
+  """
+  given = os.path.expanduser(str(out))
+  out = pathlib.Path(given).resolve()
+  valid = _valid(workdir)
+  if out == workdir:
+    raise ExportError(f"--out {given} is the run directory itself; an export there would "
+                      f"replace its checkpoints; {valid}")
+  if out in workdir.parents:
+    raise ExportError(f"--out {given} holds the run {workdir}; {valid}")
+  for run in out.parents:
+    if not is_run_dir(run):
+      continue
+    child = run / out.relative_to(run).parts[0]
+    if child.name == "checkpoints" or (child != out and child.exists()):
+      raise ExportError(f"--out {given} is inside {child}, which belongs to the run {run}; "
+                        f"inside a run, export to a new directory such as {run / 'export'} "
+                        f"or to an earlier export")
+  if out.exists() and not out.is_dir():
+    raise ExportError(f"--out {given} is a file, not a directory; {valid}")
+  if out.is_dir() and any(out.iterdir()):
+    if is_run_dir(out):
+      raise ExportError(f"--out {given} is a chinchax run directory; {valid}")
+    if not is_export_dir(out):
+      others = sorted(f.name for f in out.iterdir()
+                      if f.name not in EXPORT_FILES or not f.is_file())
+      raise ExportError(
+          f"--out {given} is not empty and is not an earlier export (it holds "
+          f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''}); --overwrite replaces "
+          f"only an earlier export; {valid}")
+    if not overwrite:
+      raise ExportError(f"--out {given} holds an earlier export; pass --overwrite to replace "
+                        f"it, or choose another --out")
+  return out
+
+
+def apply_umask(directory: pathlib.Path) -> None:
+  """Gives ``directory`` and its files the modes a new directory and file get under the
+  process's umask (0o777 and 0o666 masked): safetensors writes its file 0o600 and
+  ``tempfile.mkdtemp`` its directory 0o700, which would leave a shared model directory
+  unreadable to the group."""
+  mask = os.umask(0)
+  os.umask(mask)
+  directory.chmod(0o777 & ~mask)
+  for f in directory.iterdir():
+    if f.is_file():
+      f.chmod(0o666 & ~mask)
+
+
+def write_atomically(out: pathlib.Path, fill) -> None:
+  """Writes a complete export at ``out``: ``fill(tmp)`` writes the files into a new hidden
+  sibling directory, which then replaces ``out``.
+
+  An existing ``out`` (already checked by :func:`check_out`) is checked again to be empty or
+  an earlier export, moved aside, and deleted only once the new export is in place; on any
+  error (or Ctrl-C) the temporary directory is removed and ``out`` is as it was.
+
+  Raises:
+    ExportError: ``out`` stopped being empty or an export since it was checked.
+    Whatever ``fill`` raises.
+  """
+  out.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+  old = tmp.with_name(tmp.name + "-old")
+  try:
+    fill(tmp)
+    apply_umask(tmp)
+    if out.exists():
+      if any(out.iterdir()) and not is_export_dir(out):
+        raise ExportError(f"--out {out} changed during the export and is no longer an earlier "
+                          f"export; nothing was replaced")
+      os.replace(out, old)
+    try:
+      os.replace(tmp, out)
+    except BaseException:
+      if old.exists():
+        os.replace(old, out)
+      raise
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  shutil.rmtree(old, ignore_errors=True)
