@@ -356,25 +356,47 @@ def get_bench_variant(name: str) -> ml_collections.ConfigDict:
   raise ConfigError(f"unknown bench variant {name!r}; known: default, h200, tiny")
 
 
-_SECTIONED = ("base_config", "base_ladder_config", "base_bench_config")
+_SECTIONED = {"train": "base_config", "ladder": "base_ladder_config", "bench": "base_bench_config"}
+
+# A bench config's named shapes and sub-grids (``models.NAME.FIELD``, ``sweeps.NAME.FIELD``).
+BENCH_FIELD_COMMENTS = {
+    "models.d_model": "residual width of this shape",
+    "models.n_layers": "transformer blocks of this shape",
+    "models.n_heads": "attention heads of this shape",
+    "models.d_ff": "MLP hidden width of this shape",
+    "sweeps.models": "comma-separated names of models.* entries this sub-grid runs",
+    "sweeps.global_batch_size": "comma-separated global batch sizes (sequences per step)",
+    "sweeps.seq_len": "comma-separated sequence lengths (tokens)",
+    "sweeps.attention": "comma-separated model.attention values (xla, cudnn, ...)",
+    "sweeps.mesh": "comma-separated meshes: dp, fsdp, tp or DATAxFSDPxTENSOR such as 2x2x2",
+    "sweeps.remat": "comma-separated model.remat values (none, full, dots)",
+    "sweeps.compute_dtype": "comma-separated compute dtypes (float32, bfloat16)",
+}
 
 
-def knob_comments() -> dict[str, str]:
-  """The one-line comment of every knob set in this file's default configs, by dotted path.
+def knob_comments(kind: str = "train") -> dict[str, str]:
+  """The one-line comment of every knob of one kind of config, by dotted path.
 
+  Args:
+    kind: "train" (:func:`base_config`), "ladder" (:func:`base_ladder_config`) or "bench"
+      (:func:`base_bench_config`).
   Returns:
-    {"model.d_model": "residual width", "ladder.c_min": ..., "train_config.workdir": ...}:
-    keys of :func:`base_config` without a prefix; those of the ladder and bench
-    configs as they sit there (their ``train_config`` keys only where this file
-    sets them anew; look up the rest without the ``train_config.`` prefix).
+    {"model.d_model": "residual width", ...}: the knobs as they sit in that config;
+    a ladder's or bench's ``train_config`` keys only where that function sets them
+    anew (look up the rest in ``knob_comments("train")`` without the prefix); a
+    bench's ``models.NAME.FIELD`` / ``sweeps.NAME.FIELD`` as ``models.FIELD`` /
+    ``sweeps.FIELD``.
+  Raises:
+    KeyError: an unknown kind.
   """
+  wanted = _SECTIONED[kind]
   source = pathlib.Path(__file__).read_text()
   comments = {tok.start[0]: tok.string.lstrip("#").strip()
               for tok in tokenize.generate_tokens(io.StringIO(source).readline)
               if tok.type == tokenize.COMMENT}
   out: dict[str, str] = {}
   for fn in ast.parse(source).body:
-    if not (isinstance(fn, ast.FunctionDef) and fn.name in _SECTIONED):
+    if not (isinstance(fn, ast.FunctionDef) and fn.name == wanted):
       continue
     assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign)]
     where = {"c": ""}  # local name -> its section's dotted path
@@ -392,4 +414,6 @@ def knob_comments() -> dict[str, str]:
         if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
             and t.value.id in where and n.lineno in comments):
           out[".".join(p for p in (where[t.value.id], t.attr) if p)] = comments[n.lineno]
+  if kind == "bench":
+    out.update(BENCH_FIELD_COMMENTS)
   return out

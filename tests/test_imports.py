@@ -25,7 +25,7 @@ CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.con
         "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
         "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
-        "chinchax.paths", "chinchax.hparams")
+        "chinchax.paths", "chinchax.hparams", "chinchax.platforms")
 # The one function-level import of our modules, and why.
 DEFERRED = {
     ("chinchax/cli/plan.py", "chinchax.planning.measure"):

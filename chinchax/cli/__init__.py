@@ -10,42 +10,72 @@
   chinchax compile --topology v5e-16 | v5p-128 | h100x8 [--search] [--config configs/train.py:VARIANT]
 
 Errors in the user's input (config, data, checkpoint mismatch, multi-process
-start-up, plan and fit flags) are ``chinchax.errors.UserError``s: :func:`main`
-prints one line ``error: ...`` and exits with status 2, before any expensive
-work. A run stopped by SIGTERM saves a checkpoint at the next step boundary and
+start-up, plan and fit flags) end with one line ``error: ...`` and exit
+status 2, before any expensive work. A run stopped by SIGTERM saves a checkpoint at the next step boundary and
 exits with status 75 (relaunch to resume; ``chinchax.distributed``); Ctrl-C
 exits with status 130.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
+import importlib.metadata
+import importlib.util
 import io
 import sys
 
 from chinchax import console
 from chinchax import errors
+from chinchax import platforms
+from chinchax.cli import flags
 from chinchax.cli import helptext
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
 # chosen one is imported: `chinchax plan` and `chinchax fit` start without JAX, Flax or orbax.
 VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "bench", "compile")
+# The config verbs' default config files (as in each one's main): their --help comes from the
+# config alone, without importing the verb and JAX (tests/test_cli_help.py keeps the two equal).
+CONFIG_VERBS = {"train": "train.py", "ladder": "ladder.py", "prepare": "train.py",
+                "bench": "bench.py"}
 
 
 def _usage() -> str:
-  return helptext.plain(__doc__.strip()) + "\n\nEach verb's flags: chinchax VERB --help"
+  return (helptext.plain(__doc__.strip()) + "\n\nEach verb's flags: chinchax VERB --help; "
+          "the version: chinchax --version")
 
 
-def _verb_help(module, rest: list[str]) -> int:
-  """Runs ``module.main(rest)`` (a help flag among ``rest``) and prints what it printed as
-  plain text, with the module docstring's ``Example:`` block when that help has none."""
+def version() -> str:
+  """The installed distribution's version (``pyproject.toml``), or "unknown" outside an install."""
+  try:
+    return importlib.metadata.version("chinchax")
+  except importlib.metadata.PackageNotFoundError:
+    return "unknown"
+
+
+def _module_doc(verb: str) -> str | None:
+  """The docstring of ``chinchax.cli.<verb>``, read from its source without importing it."""
+  spec = importlib.util.find_spec(f"chinchax.cli.{verb}")
+  with open(spec.origin, encoding="utf-8") as f:
+    return ast.get_docstring(ast.parse(f.read()))
+
+
+def _verb_help(verb: str, rest: list[str]) -> int:
+  """Prints ``chinchax VERB --help`` (a help flag among ``rest``) as plain text, with the verb
+  module's ``Example:`` block when that help has none. A config verb's help comes from its
+  config (no JAX imported); the others' from their ``main(rest)``."""
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    status = module.main(rest)
+    if verb in CONFIG_VERBS:
+      flags.parse_config(rest, flags.config_file(CONFIG_VERBS[verb]), verb)
+      status, doc = 0, _module_doc(verb)
+    else:
+      module = importlib.import_module(f"chinchax.cli.{verb}")
+      status, doc = module.main(rest), module.__doc__
   text = helptext.plain(out.getvalue().rstrip())
   if "example" not in text.lower():
-    text += "\n\n" + helptext.example(module.__doc__)
+    text += "\n\n" + helptext.example(doc)
   print(text.rstrip())
   return status
 
@@ -57,19 +87,23 @@ def main(argv: list[str] | None = None) -> int:
   75 preempted after a checkpoint, 130 interrupted by Ctrl-C.
   """
   argv = list(sys.argv[1:] if argv is None else argv)
-  if not argv or argv[0] in ("-h", "--help", "help"):
-    print(_usage())
-    return 0 if argv else errors.USER_ERROR_EXIT_CODE
-  verb, rest = argv[0], argv[1:]
-  if verb not in VERBS:
-    print(f"error: unknown verb {verb!r}; known: {', '.join(VERBS)}\n\n{_usage()}",
-          file=sys.stderr)
-    return errors.USER_ERROR_EXIT_CODE
   finished = False
   try:
-    module = importlib.import_module(f"chinchax.cli.{verb}")
-    status = (_verb_help(module, rest) if any(a in helptext.HELP_FLAGS for a in rest)
-              else module.main(rest))
+    if not argv or argv[0] in ("-h", "--help", "help", "--version", "-V"):
+      finished = True  # printing is the whole job: a reader that leaves early is no failure
+      print(f"chinchax {version()}" if argv and argv[0] in ("--version", "-V") else _usage())
+      sys.stdout.flush()
+      return 0 if argv else errors.USER_ERROR_EXIT_CODE
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+      print(f"error: unknown verb {verb!r}; known: {', '.join(VERBS)}\n\n{_usage()}",
+            file=sys.stderr)
+      return errors.USER_ERROR_EXIT_CODE
+    if any(a in helptext.HELP_FLAGS for a in rest):
+      status = _verb_help(verb, rest)
+    else:
+      platforms.choose()  # before JAX starts: no libtpu on a host without TPUs
+      status = importlib.import_module(f"chinchax.cli.{verb}").main(rest)
     finished = True
     sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
     return status

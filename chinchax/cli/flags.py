@@ -60,16 +60,18 @@ def _flat(node, prefix: str = ""):
       yield f"{prefix}{key}", value
 
 
-def knob_lines(config) -> list[str]:
-  """One line per knob of ``config``: ``key = default`` and the knob's one-line comment from
-  ``chinchax/config_defaults.py`` (a ladder or bench ``train_config.*`` knob: its training
-  knob's comment)."""
-  comments = config_lib.knob_comments()
+def knob_lines(config, kind: str = "train") -> list[str]:
+  """One line per knob of ``config`` (a ``kind`` config: train, ladder or bench): ``key =
+  default`` and the knob's one-line comment from ``chinchax/config_defaults.py`` (a ladder or
+  bench ``train_config.*`` knob not set anew there: its training knob's comment)."""
+  comments = config_lib.knob_comments(kind)
+  train = config_lib.knob_comments("train")
   rows = []
   for key, value in _flat(config):
-    note = comments.get(key) or comments.get(key.removeprefix("train_config."))
-    if note is None and key.count(".") >= 2:  # bench models.NAME.d_model, sweeps.NAME.mesh
-      note = comments.get(key.split(".")[0])
+    note = comments.get(key) or train.get(key.removeprefix("train_config."))
+    parts = key.split(".")
+    if note is None and len(parts) == 3:  # bench models.NAME.d_model, sweeps.NAME.mesh
+      note = comments.get(f"{parts[0]}.{parts[2]}")
     rows.append((f"{key} = {value!r}", note or ""))
   width = min(44, max(len(k) for k, _ in rows) + 2)
   return [f"    {k:<{width}} {note}".rstrip() for k, note in rows]
@@ -97,7 +99,8 @@ def _help_text(verb: str, default: pathlib.Path, argv: list[str]) -> str:
     return "\n".join(lines)
   lines.append(f"knobs of {path.name}:{variant}, each with its default (comments: "
                f"chinchax/config_defaults.py):")
-  return "\n".join(lines + knob_lines(config))
+  kind = {"ladder": "ladder", "bench": "bench"}.get(verb, "train")
+  return "\n".join(lines + knob_lines(config, kind))
 
 
 def _check_config_file_exists(argv: list[str], default: pathlib.Path) -> None:
@@ -243,4 +246,22 @@ def parse_config(argv: list[str], default: pathlib.Path, verb: str):
                      f"--config.SECTION.KNOB=VALUE")
   if config is None:
     raise UsageError(f"no config given; use --config configs/{default.name}:VARIANT")
+  _check_kind(config, verb, _config_arg(argv) or str(default))
   return config
+
+
+# The section that marks each kind of config, and the verbs that take it.
+_KIND_KEYS = {"ladder": ("ladder", "ladder.py"), "bench": ("bench", "bench.py"),
+              "train": ("model", "train.py")}
+
+
+def _check_kind(config, verb: str, given: str) -> None:
+  """Raises UsageError when ``config`` is another verb's kind (a ladder config given to train)."""
+  want = {"ladder": "ladder", "bench": "bench"}.get(verb, "train")
+  if _KIND_KEYS[want][0] in config:
+    return
+  have = next((k for k, (key, _) in _KIND_KEYS.items() if key in config), None)
+  what = f"a {have} config" if have else "not a config of chinchax " + verb
+  use = f"; for that config: chinchax {have} --config {given}" if have else ""
+  raise UsageError(f"--config {given} is {what} (it has no {_KIND_KEYS[want][0]!r} section); "
+                   f"chinchax {verb} takes configs/{_KIND_KEYS[want][1]}:VARIANT{use}")

@@ -27,6 +27,7 @@ from chinchax import console
 from chinchax import distributed as distributed_lib
 from chinchax import errors
 from chinchax import ladder as ladder_lib
+from chinchax import paths as paths_lib
 from chinchax import runtime
 from chinchax.cli import fit as fit_cli
 from chinchax.cli import flags as flags_lib
@@ -96,6 +97,7 @@ def main(argv: list[str]) -> int:
   lc = config.ladder
   ladder_lib.validate_ladder(lc)
   config_lib.validate(config.train_config)
+  paths_lib.check_writable_dir(config.workdir, "workdir")
   local_workers = lc.workers > 1 and not lc.worker
   n_cpu = config.train_config.mesh.num_cpu_devices
   machine_cores = _pin_to_first_core(lc)
