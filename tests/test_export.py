@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import pathlib
 import shutil
 
 import jax
@@ -13,6 +14,7 @@ st = pytest.importorskip("safetensors.numpy")
 from chinchax import cli  # noqa: E402
 from chinchax import export  # noqa: E402
 from chinchax import model as model_lib  # noqa: E402
+from chinchax.data import tokenizers as tokenizers_lib  # noqa: E402
 
 
 def _tokens(vocab, B=2, T=24, seed=0):
@@ -96,7 +98,7 @@ def test_mapping_with_large_random_weights(tied):
   assert np.abs(export.numpy_forward(wrong, hf, tokens) - ref).max() > 1e-2
 
 
-def test_export_options_and_errors(bpe_run, tmp_path, capsys):
+def test_export_options_and_errors(bpe_run, tmp_path, capsys, monkeypatch):
   c, _ = bpe_run
   out = tmp_path / "bf16"
   path = export.export(c.workdir, out, dtype="bfloat16")
@@ -118,6 +120,18 @@ def test_export_options_and_errors(bpe_run, tmp_path, capsys):
   tk = pytest.importorskip("tokenizers")
   vocab = {f"w{i}": i for i in range(599)} | {"<|endoftext|>": 599}
   tk.Tokenizer(tk.models.WordLevel(vocab, unk_token="w0")).save(str(tmp_path / "big.json"))
+  run_sha = export.load_run(c.workdir)["data_signature"]["tokenizer_sha256"]
+  big_sha = tokenizers_lib.HFTokenizer.from_file(str(tmp_path / "big.json")).digest
+  assert cli.main(["export", c.workdir, "--out", str(tmp_path / "y"),
+                   "--tokenizer", str(tmp_path / "big.json")]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and f"--tokenizer {tmp_path / 'big.json'} is not the tokenizer" in err
+  assert f"its sha256 is {big_sha[:16]}…, the run's (config.json tokenizer_sha256) is {run_sha[:16]}…" in err
+  assert not (tmp_path / "y").exists()
+  # A run whose config.json predates data_signature: the vocab size still catches it.
+  monkeypatch.setattr(export, "load_run", lambda w: {
+      k: v for k, v in json.loads((pathlib.Path(w) / "config.json").read_text()).items()
+      if k != "data_signature"})
   with pytest.raises(export.ExportError, match="has 600 ids but the checkpoint's model has vocab_size=512"):
     export.export(c.workdir, tmp_path / "y", tokenizer_path=str(tmp_path / "big.json"))
   assert not (tmp_path / "y").exists()

@@ -1,8 +1,11 @@
 """``chinchax export``: a trained run as HF Llama safetensors (front end of ``chinchax.export``).
 
-Writes model.safetensors, config.json (an HF LlamaForCausalLM) and, for BPE or
-HF tokenizers, tokenizer.json into --out, with the user's umask, loadable with
-transformers.AutoModelForCausalLM.from_pretrained(OUT).
+Writes model.safetensors, config.json (an HF LlamaForCausalLM), tokenizer.json and
+tokenizer_config.json (the run's tokenizer; for a byte-level run one giving the same
+ids) into --out, with the user's umask, loadable with
+transformers.AutoModelForCausalLM / AutoTokenizer.from_pretrained(OUT). A literal
+"<|endoftext|>" inside text is encoded as text, as in training. --overwrite replaces
+only an earlier export, never a run or another directory.
 
 Example:
   chinchax export runs/gutenberg --out runs/gutenberg/hf --dtype bfloat16 --verify
@@ -35,7 +38,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument("--trial", type=int, default=None,
                       help="of a trials run: the trial to export (default: its best)")
   parser.add_argument("--tokenizer", default="", metavar="PATH",
-                      help="tokenizer.json to include (default: the run's own, if it has one)")
+                      help="the run's tokenizer.json, where export cannot find it (its sha256 "
+                           "must be the run's tokenizer_sha256)")
   parser.add_argument("--overwrite", action="store_true",
                       help="replace --out if it is an earlier export (never anything else)")
   parser.add_argument("--verify", action="store_true",

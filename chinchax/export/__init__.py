@@ -5,9 +5,11 @@
 
 Writes ``DIR`` (default ``WORKDIR/export``): ``model.safetensors``,
 ``config.json`` (Llama layout), ``generation_config.json``, ``export_info.json``
-(source run, step, the tensor mapping) and, when the run's tokenizer is an HF
-one, ``tokenizer.json`` + ``tokenizer_config.json``. The byte tokenizer has no
-HF file: ids 0–255 are the UTF-8 bytes and 256 is EOS (``export_info.json``).
+(source run, step, trained seq_len, the tensor mapping), ``tokenizer.json`` and
+``tokenizer_config.json``: the run's own tokenizer, found and checked by its sha256,
+or for a byte-level run one built to give chinchax's ids (0–255 = the UTF-8 bytes,
+256 = EOS); see :mod:`chinchax.export.tokenizer_files`. The output directory rules
+(``--overwrite`` replaces only an earlier export) are in :mod:`chinchax.export.outdir`.
 
 The architectures match one to one: pre-norm RMSNorm (``x·rsqrt(mean(x²)+eps)·w``),
 multi-head attention without biases (num_key_value_heads = num_attention_heads),
@@ -47,7 +49,6 @@ import json
 import logging
 import os
 import pathlib
-import shutil
 
 import numpy as np
 
@@ -55,8 +56,8 @@ from chinchax import budget
 from chinchax import console
 from chinchax import model as model_lib
 from chinchax import paths as paths_lib
-from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.export import outdir
+from chinchax.export import tokenizer_files
 from chinchax.export.error import ExportError
 
 FORMATS = ("safetensors",)
@@ -317,33 +318,6 @@ def chinchax_logits(params: dict, cfg, tokens_BT: np.ndarray) -> np.ndarray:
   return np.asarray(model(jnp.asarray(tokens_BT, jnp.int32)))
 
 
-def _run_tokenizer(workdir: pathlib.Path, run: dict, tokenizer_path: str):
-  """The run's tokenizer: (tokenizer.json path or None, HFTokenizer or None, EOS id or None, info).
-
-  ``tokenizer_path`` if given; else nothing for bytes; else the store's copy
-  (the store named in summary.json) or data.tokenizer_path.
-  """
-  data = run["config"]["data"]
-  if tokenizer_path:
-    path = pathlib.Path(os.path.expanduser(tokenizer_path))
-  elif data["tokenizer"] == "bytes":
-    return None, None, 256, {"kind": "bytes", "ids": "0-255 = UTF-8 bytes, 256 = EOS"}
-  else:
-    store = None
-    summary = workdir / "summary.json"
-    if summary.is_file():
-      store = json.loads(summary.read_text()).get("store")
-    path = pathlib.Path(store) / "tokenizer.json" if store else None
-    if path is None or not path.is_file():
-      if data["tokenizer"] == "hf" and data.get("tokenizer_path"):
-        path = pathlib.Path(os.path.expanduser(data["tokenizer_path"]))
-      else:
-        return None, None, None, {"kind": data["tokenizer"], "note": "tokenizer.json not "
-                                  "found; pass --tokenizer PATH to include it"}
-  tok = tokenizers_lib.HFTokenizer.from_file(str(path), data.get("eos_token", "") or "")
-  return path, tok, tok.eos_id, tok.describe()
-
-
 def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = None,
            dtype: str = "float32", tokenizer_path: str = "", overwrite: bool = False,
            verify: bool = False, trial: int | None = None) -> pathlib.Path:
@@ -366,6 +340,8 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
       :func:`chinchax.export.outdir.check_out` refuses (the run itself, an ancestor of it,
       a non-empty directory that is not an earlier export, an earlier export without
       ``overwrite``), or a tokenizer with more ids than the model's vocab_size.
+      A tokenizer that is not the run's (sha256), or the run's found nowhere
+      (:func:`chinchax.export.tokenizer_files.find`).
     TokenizerError: the tokenizer file is missing or corrupt.
   """
   if fmt not in FORMATS:
@@ -381,11 +357,13 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
   out = outdir.check_out(out or workdir / "export", workdir, overwrite)
   paths_lib.check_writable_dir(out, "--out")
   cfg = model_config(run)
-  tok_file, tok, eos_id, tok_info = _run_tokenizer(workdir, run, tokenizer_path)
-  if tok is not None and tok.vocab_size > cfg.vocab_size:
+  tok = tokenizer_files.find(workdir, run, tokenizer_path)
+  eos_id = tok.eos_id
+  if tok.tokenizer.vocab_size > cfg.vocab_size:
     raise ExportError(
-        f"tokenizer {str(tok_file)!r} has {tok.vocab_size} ids but the checkpoint's model has "
-        f"vocab_size={cfg.vocab_size}; it was trained with another tokenizer")
+        f"tokenizer {tok.info.get('found_at', tok.info['kind'])} has {tok.tokenizer.vocab_size} "
+        f"ids but the checkpoint's model has vocab_size={cfg.vocab_size}; it was trained with "
+        f"another tokenizer")
   params, step = load_params(workdir, step)
   params, trial = pick_trial(params, run, workdir, trial)
   if params["embed_VD"].shape != (cfg.vocab_size, cfg.d_model):
@@ -402,14 +380,12 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
     (tmp / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": eos_id, "eos_token_id": eos_id}, indent=2))
-    if tok_file is not None:
-      shutil.copyfile(tok_file, tmp / "tokenizer.json")
-      (tmp / "tokenizer_config.json").write_text(json.dumps({
-          "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": tok.eos_token,
-          "bos_token": tok.eos_token, "model_max_length": hf_config["max_position_embeddings"]},
-          indent=2))
+    (tmp / "tokenizer.json").write_text(tok.json_text)
+    (tmp / "tokenizer_config.json").write_text(json.dumps(
+        tokenizer_files.tokenizer_config(tok.eos_token), indent=2))
     info = {"workdir": str(workdir), "step": step, "trial": trial, "format": fmt, "dtype": dtype,
-            "tokenizer": tok_info, "architecture": "LlamaForCausalLM",
+            "trained_seq_len": run["config"]["train"]["seq_len"],
+            "tokenizer": tok.info, "architecture": "LlamaForCausalLM",
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
 

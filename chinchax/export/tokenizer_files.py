@@ -1,0 +1,182 @@
+"""The tokenizer an export ships: the run's own, found by its sha256, written as HF files.
+
+**Which tokenizer.** A run records the sha256 of its tokenizer
+(``data_signature.tokenizer_sha256`` in its config.json, the digest of
+:mod:`chinchax.data.tokenizers`). The export looks, in order, in the store named
+in the run's summary.json, the store its config and corpus fingerprint
+(``data_signature.store_fingerprint``) name, the BPE saved for that corpus under
+``<store_root>/tokenizers/`` (a run interrupted before its summary has only these)
+and ``data.tokenizer_path``; it takes the first file whose sha256 is the run's, and
+refuses with one line when none is. ``--tokenizer PATH`` must have the run's sha256 too.
+A run whose config.json predates ``data_signature`` gets the first file found.
+
+**Byte-level runs** get a tokenizer.json built with the ``tokenizers`` library: a BPE
+without merges over GPT-2's 256 byte symbols after a byte-level pre-tokenizer, so id b
+is byte b (0–255), and ``<|endoftext|>`` = 256 is EOS — chinchax's own ids.
+
+**Special tokens inside text are text**, in chinchax and in the export alike: a literal
+``<|endoftext|>`` in a document or prompt is encoded as its characters (chinchax sets
+``encode_special_tokens``; the export's tokenizer_config.json sets
+``split_special_tokens: true``, which transformers passes to the same setting).
+EOS is only ever the id the trainer appends after each document.
+
+**tokenizer_config.json** names ``PreTrainedTokenizerFast`` with EOS (= BOS) and
+``model_input_names = [input_ids, attention_mask]`` (a Llama takes no
+``token_type_ids``). ``model_max_length`` is transformers' "no limit" value:
+RoPE has no learned positions, so longer texts run (quality beyond the trained
+``seq_len``, recorded in export_info.json, is not measured); decoding keeps spaces
+as they are (``clean_up_tokenization_spaces: false``), as chinchax decodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import types
+
+from chinchax.data import store as store_lib
+from chinchax.data import tokenizers as tokenizers_lib
+from chinchax.export.error import ExportError
+
+# transformers' VERY_LARGE_INTEGER (int(1e30)): its own value for "no maximum length".
+NO_MAX_LENGTH = int(1e30)
+BYTES_EOS = "<|endoftext|>"
+
+
+@dataclasses.dataclass
+class ExportTokenizer:
+  """The tokenizer an export writes.
+
+  Attributes:
+    tokenizer: chinchax's tokenizer (``ByteTokenizer`` or ``HFTokenizer``), for encoding checks.
+    json_text: the tokenizer.json to write.
+    eos_token: the EOS token's text; ``eos_id`` its id.
+    info: what export_info.json records (kind, sha256, ids, where it was found).
+  """
+  tokenizer: object
+  json_text: str
+  eos_token: str
+  eos_id: int
+  info: dict
+
+
+def _tokenizers():
+  try:
+    import tokenizers
+  except ImportError:
+    raise ExportError("export needs the tokenizers package for tokenizer.json: "
+                      "pip install 'chinchax[hf]'") from None
+  return tokenizers
+
+
+def byte_symbols() -> dict[int, str]:
+  """byte → its one-character symbol in GPT-2's byte-level alphabet (what HF's ``ByteLevel``
+  pre-tokenizer maps bytes to): printable Latin-1 bytes stand for themselves, the other 68
+  become U+0100, U+0101, … in byte order."""
+  printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}
+  out, shifted = {}, 0
+  for b in range(256):
+    if b in printable:
+      out[b] = chr(b)
+    else:
+      out[b] = chr(0x100 + shifted)
+      shifted += 1
+  return out
+
+
+def byte_level_json() -> str:
+  """tokenizer.json (HF ``tokenizers``) of chinchax's byte tokenizer: ids 0–255 = UTF-8 bytes,
+  256 = ``<|endoftext|>`` (EOS); no normalizer, no added BOS/EOS."""
+  tk = _tokenizers()
+  vocab = {symbol: b for b, symbol in byte_symbols().items()}
+  tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=[]))
+  tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+  tok.decoder = tk.decoders.ByteLevel()
+  tok.add_special_tokens([tk.AddedToken(BYTES_EOS, special=True, normalized=False)])
+  if tok.token_to_id(BYTES_EOS) != tokenizers_lib.ByteTokenizer.eos_id:
+    raise AssertionError(f"byte-level EOS got id {tok.token_to_id(BYTES_EOS)}, not 256")
+  return tok.to_str()
+
+
+def tokenizer_config(eos_token: str) -> dict:
+  """tokenizer_config.json for ``transformers.AutoTokenizer`` (see the module docstring)."""
+  return {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos_token,
+          "bos_token": eos_token, "model_input_names": ["input_ids", "attention_mask"],
+          "model_max_length": NO_MAX_LENGTH, "split_special_tokens": True,
+          "clean_up_tokenization_spaces": False}
+
+
+def _candidates(workdir: pathlib.Path, run: dict) -> list[pathlib.Path]:
+  """Where the run's tokenizer.json may be, in the order they are tried."""
+  data, sig = run["config"]["data"], run.get("data_signature") or {}
+  out = []
+  summary = workdir / "summary.json"
+  try:
+    store = json.loads(summary.read_text()).get("store") if summary.is_file() else None
+  except (OSError, ValueError):
+    store = None
+  if store:
+    out.append(pathlib.Path(store) / "tokenizer.json")
+  fp, sha = sig.get("store_fingerprint"), sig.get("tokenizer_sha256")
+  root = pathlib.Path(os.path.expanduser(data.get("store_root", "")))
+  vf, policy = float(data.get("val_fraction", 0.0)), data.get("decode_errors", "replace")
+  name = (f"bpe{data.get('bpe_vocab_size')}" if data["tokenizer"] == "bpe" else data["tokenizer"])
+  if fp and sha and data.get("store_root"):
+    named = types.SimpleNamespace(digest=sha, name=name)  # what store_dir reads of a tokenizer
+    out.append(store_lib.store_dir(str(root), fp, named, vf, policy) / "tokenizer.json")
+  if fp and data["tokenizer"] == "bpe" and data.get("store_root"):
+    out.append(root / "tokenizers" / f"{name}-{fp[:16]}-val{vf:g}-{policy}.json")
+  if data["tokenizer"] == "hf" and data.get("tokenizer_path"):
+    out.append(pathlib.Path(os.path.expanduser(data["tokenizer_path"])))
+  return out
+
+
+def _eos_token(data: dict) -> str:
+  return tokenizers_lib.BPE_EOS if data["tokenizer"] == "bpe" else data.get("eos_token", "") or ""
+
+
+def find(workdir: pathlib.Path, run: dict, tokenizer_path: str = "") -> ExportTokenizer:
+  """The run's tokenizer (see the module docstring), or ``tokenizer_path`` checked against it.
+
+  Args:
+    workdir: the run directory (resolved).
+    run: its config.json.
+    tokenizer_path: ``--tokenizer``; "" = find the run's own.
+  Raises:
+    ExportError: ``tokenizer_path`` is not the tokenizer the run was trained with (its
+      sha256 differs), or the run's tokenizer file is found nowhere.
+    TokenizerError: ``tokenizer_path`` is missing or not a tokenizer.json.
+  """
+  data = run["config"]["data"]
+  want = (run.get("data_signature") or {}).get("tokenizer_sha256")
+  if tokenizer_path:
+    tok = tokenizers_lib.HFTokenizer.from_file(tokenizer_path, _eos_token(data))
+    if want is not None and tok.digest != want:
+      raise ExportError(
+          f"--tokenizer {tokenizer_path} is not the tokenizer this run was trained with: its "
+          f"sha256 is {tok.digest[:16]}…, the run's (config.json tokenizer_sha256) is "
+          f"{want[:16]}…; give the run's tokenizer.json, or leave --tokenizer out")
+    return _hf(tok, tokenizer_path)
+  if data["tokenizer"] == "bytes":
+    tok = tokenizers_lib.ByteTokenizer()
+    return ExportTokenizer(tok, byte_level_json(), BYTES_EOS, tok.eos_id, {
+        **tok.describe(), "eos_token": BYTES_EOS, "file": "tokenizer.json",
+        "ids": "0-255 = UTF-8 bytes, 256 = <|endoftext|> (EOS)"})
+  tried = _candidates(workdir, run)
+  for path in tried:
+    if path.is_file():
+      tok = tokenizers_lib.HFTokenizer.from_file(str(path), _eos_token(data))
+      if want is None or tok.digest == want:
+        return _hf(tok, str(path))
+  where = ", ".join(str(p) for p in tried) or "no store recorded in its config.json"
+  raise ExportError(
+      f"the run's {data['tokenizer']} tokenizer (sha256 {(want or '?')[:16]}…) is not found "
+      f"(looked in {where}); pass it with --tokenizer PATH")
+
+
+def _hf(tok, origin: str) -> ExportTokenizer:
+  info = {k: v for k, v in tok.describe().items() if k != "origin"}
+  return ExportTokenizer(tok, tok.to_json(), tok.eos_token, tok.eos_id,
+                         {**info, "found_at": origin})
