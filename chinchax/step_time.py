@@ -68,11 +68,10 @@ class StepTimeModel(Protocol):
 
   name: str
 
-  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
-    ...
+  def predict(self, shape: budget.ModelShape, global_batch_size: int, microbatches: int = 1
+              ) -> float: ...
 
-  def describe(self) -> str:
-    ...
+  def describe(self) -> str: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,12 +99,15 @@ class RooflineStepTime:
   def _profile(self) -> work.ExecutionProfile:
     return self.profile or work.ExecutionProfile.for_kind(self.hardware.accelerator.kind)
 
-  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
-    """Seconds per step."""
+  def predict(self, shape: budget.ModelShape, global_batch_size: int,
+              microbatches: int = 1) -> float:
+    """Seconds per step; ``microbatches`` M re-reads the weights M times
+    (:func:`chinchax.work.param_bytes_per_step`)."""
     acc, n, prof = self.hardware.accelerator, self.hardware.n_devices, self._profile()
     t_flops = work.step_flops(shape, global_batch_size, n_devices=n, profile=prof) / (
         acc.peak_flops * self.mfu)
-    t_bytes = work.bytes_per_step(shape, global_batch_size, n_devices=n, profile=prof) / (
+    t_bytes = work.bytes_per_step(shape, global_batch_size, n_devices=n, profile=prof,
+                                  microbatches=microbatches) / (
         acc.hbm_bandwidth * self.bandwidth_efficiency)
     return max(t_flops, t_bytes)
 
@@ -138,15 +140,17 @@ class LinearStepTime:
   note: str = ""  # where the model came from (e.g. a fit's predictor), prefixed to describe()
   s_per_layer: float = 0.0
 
-  def features(self, shape: budget.ModelShape, global_batch_size: int) -> tuple[float, float]:
+  def features(self, shape: budget.ModelShape, global_batch_size: int,
+               microbatches: int = 1) -> tuple[float, float]:
     return (work.step_flops(shape, global_batch_size, n_devices=self.n_devices,
                             profile=self.profile),
             work.bytes_per_step(shape, global_batch_size, n_devices=self.n_devices,
-                                profile=self.profile))
+                                profile=self.profile, microbatches=microbatches))
 
-  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
-    """Seconds per step."""
-    f, b = self.features(shape, global_batch_size)
+  def predict(self, shape: budget.ModelShape, global_batch_size: int,
+              microbatches: int = 1) -> float:
+    """Seconds per step (``microbatches`` M: the weights' bytes M times)."""
+    f, b = self.features(shape, global_batch_size, microbatches)
     return (self.intercept_s + self.s_per_flop * f + self.s_per_byte * b
             + self.s_per_layer * shape.n_layers)
 
@@ -185,10 +189,13 @@ class MeasuredStepTime:
     return (shape.d_model, shape.n_layers, shape.n_heads, shape.d_ff, shape.vocab_size,
             shape.seq_len, bool(shape.tie_embeddings), int(global_batch_size))
 
-  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
-    """Seconds per step: the measurement if this exact step was measured, else the fit."""
+  def predict(self, shape: budget.ModelShape, global_batch_size: int,
+              microbatches: int = 1) -> float:
+    """Seconds per step: the measurement if this exact step was measured (scaled by the
+    fit's M-microbatch over one-batch ratio for ``microbatches`` > 1), else the fit."""
     hit = self.table.get(self.key(shape, global_batch_size))
-    return float(hit) if hit is not None else self.fallback.predict(shape, global_batch_size)
+    fit = self.fallback.predict(shape, global_batch_size, microbatches)
+    return fit if hit is None else hit * fit / self.fallback.predict(shape, global_batch_size)
 
   def startup_s(self, shape: budget.ModelShape, global_batch_size: int) -> float:
     """Seconds a run spends before its steady state: the measurement for this exact step,
@@ -381,9 +388,9 @@ def model_from_dict(d: dict, *, source: str = "") -> StepTimeModel:
     {"predictor": "roofline", "hardware": spec (e.g. "cpu"), "compute_dtype", "attention",
      "mfu": fraction (default 0.5), "bandwidth_efficiency": fraction (default 0.7)}
 
-  Optional ``label`` (e.g. "IsoTime fit's bytes predictor") and ``heldout_mape`` (mean
-  |predicted / measured − 1| on held-out shapes) go into :meth:`describe`, with ``source``.
-  The model's ``name`` is the predictor's.
+  Optional ``label`` (e.g. "IsoTime fit's bytes predictor") and ``heldout_mape`` (mean |predicted
+  / measured − 1| on held-out shapes) go into :meth:`describe`, with ``source``; ``name`` is the
+  predictor's.
 
   Raises:
     StepTimeError: not a dict, an unknown predictor, or a missing or bad key (named).

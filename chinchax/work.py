@@ -71,13 +71,15 @@ def step_flops(shape: budget.ModelShape, global_batch_size: int, *, n_devices: i
 
 
 def bytes_per_step(shape: budget.ModelShape, global_batch_size: int, *, n_devices: int = 1,
-                   profile: ExecutionProfile = ExecutionProfile()) -> float:
+                   profile: ExecutionProfile = ExecutionProfile(),
+                   microbatches: int = 1) -> float:
   """Estimated HBM traffic of one train step per device, bytes.
 
   Three parts:
 
-  * weights and optimizer: :data:`PARAM_BYTES_PER_STEP` (40) bytes per
-    parameter, every device holding a full replica (data parallelism);
+  * weights and optimizer: :func:`param_bytes_per_step` bytes per parameter
+    (40 for one batch, 16·M + 24 for ``microbatches`` M: the weights are read
+    by every microbatch), every device holding a full replica (data parallelism);
   * activations: each tensor the backward pass needs is written in the
     forward and read in the backward. Per layer and token these are the two
     norm inputs and outputs (4·d_model), q, k, v and the attention output
@@ -94,7 +96,24 @@ def bytes_per_step(shape: budget.ModelShape, global_batch_size: int, *, n_device
   tokens = global_batch_size * shape.seq_len / n_devices
   activations = 2 * profile.activation_bytes * shape.n_layers * _saved_per_layer(shape, profile)
   logits = 16 * shape.vocab_size
-  return PARAM_BYTES_PER_STEP * budget.param_counts(shape).total + tokens * (activations + logits)
+  return (param_bytes_per_step(microbatches) * budget.param_counts(shape).total
+          + tokens * (activations + logits))
+
+
+def param_bytes_per_step(microbatches: int = 1) -> int:
+  """HBM bytes per parameter of a train step split into ``microbatches`` M (gradient
+  accumulation): each microbatch reads the float32 weights in its forward (4) and backward (4)
+  and adds its float32 gradient into the accumulator (read + write, 8; the first only writes,
+  4), then AdamW reads and writes as in :data:`PARAM_BYTES_PER_STEP`: 16·M + 24 bytes, 40 at
+  M = 1. FLOPs do not change with M; only this term (and per-microbatch overheads that
+  fitted step-time models absorb) does.
+
+  Raises:
+    StepTimeError: M < 1.
+  """
+  if isinstance(microbatches, bool) or int(microbatches) != microbatches or microbatches < 1:
+    raise StepTimeError(f"microbatches={microbatches!r} must be an integer >= 1")
+  return 16 * int(microbatches) + PARAM_BYTES_PER_STEP - 16
 
 
 def memory_per_device(shape: budget.ModelShape, global_batch_size: int, *, n_devices: int = 1,
@@ -137,29 +156,56 @@ class MemoryEstimate:
     gathered_weights: the compute-dtype copy of the weights in use: all of them
       without FSDP; with FSDP, the layers whose gathered weights stay live (all of
       them without remat, one layer with remat).
-    activations: what the backward keeps of every layer for the device's tokens.
+    activations: what the backward keeps of every layer for the device's tokens of
+      one microbatch.
     working: the larger of the two phases that do not overlap: the loss (float32
-      logits of the device's tokens, vocab over tensor) and one layer's backward
-      (its forward tensors, recomputed under remat, and their gradients).
+      logits of one microbatch's tokens, or of one chunk of its positions, vocab over
+      tensor) and one layer's backward (its forward tensors, recomputed under remat,
+      and their gradients), for one microbatch.
+    accumulation: with microbatches M > 1, the float32 gradient accumulator: 4 bytes
+      per parameter over fsdp × tensor (0 for M = 1).
   """
 
   state: float
   gathered_weights: float
   activations: float
   working: float
+  accumulation: float = 0.0
 
   @property
   def total(self) -> float:
-    return self.state + self.gathered_weights + self.activations + self.working
+    return (self.state + self.gathered_weights + self.activations + self.working
+            + self.accumulation)
 
   def to_dict(self) -> dict:
     return {"state": self.state, "gathered_weights": self.gathered_weights,
-            "activations": self.activations, "working": self.working, "total": self.total}
+            "activations": self.activations, "working": self.working,
+            "accumulation": self.accumulation, "total": self.total}
+
+
+# train.loss_chunk_size="auto": chunk the loss from this vocabulary size up, this many
+# sequence positions per chunk, on accelerators only (the rule of chinchax.train.loss).
+AUTO_LOSS_CHUNK_MIN_VOCAB = 32_768
+AUTO_LOSS_CHUNK = 512
+
+
+def resolve_loss_chunk(value, platform: str, seq_len: int, vocab_size: int) -> int:
+  """``train.loss_chunk_size`` as sequence positions per loss chunk (0 = unchunked).
+
+  "auto": 0 on CPU, else min(seq_len, 512) when ``vocab_size`` >= 32,768, else 0; an
+  integer is capped at ``seq_len``. ``platform``: "cpu", "gpu" or "tpu".
+  """
+  if value == "auto":
+    if platform == "cpu" or vocab_size < AUTO_LOSS_CHUNK_MIN_VOCAB:
+      return 0
+    return min(seq_len, AUTO_LOSS_CHUNK)
+  return min(int(value), seq_len)
 
 
 def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
                            mesh: dict[str, int], remat: str = "none",
-                           profile: ExecutionProfile = ExecutionProfile()) -> MemoryEstimate:
+                           profile: ExecutionProfile = ExecutionProfile(),
+                           microbatches: int = 1, loss_chunk: int = 0) -> MemoryEstimate:
   """Peak memory of a train step per device on a (data, fsdp, tensor) mesh, bytes.
 
   The accounting of :func:`memory_per_device` (Korthikanti et al. 2022,
@@ -175,22 +221,41 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   With tensor > 1 each layer's input is held twice (as the previous layer's
   all-reduced output and as the next one's saved input): one more d_model per
   layer and token, calibrated on the tensor-parallel rows of
-  ``benchmarks/aot_memory.py``. The loss phase (float32 logits, 4 bytes per token
-  and vocab entry over tensor) and a layer's backward (its forward tensors,
-  recomputed under remat, and their gradients) do not overlap; the larger counts.
-  Checked against XLA's compiled memory in ``benchmarks/aot_memory.py`` (README
-  table: within 15% on 7 of its 10 rows, the others explained there).
+  ``benchmarks/aot_memory.py``. The loss phase (float32 logits, 4 bytes per
+  position and vocab entry over tensor) and a layer's backward (its forward
+  tensors, recomputed under remat, and their gradients) do not overlap; the
+  larger counts.
+
+  Microbatches (``train.microbatches`` M, gradient accumulation): the
+  activations, a layer's backward and the loss phase hold one microbatch's
+  tokens, B·T / (data·fsdp·M) per device, so they scale with 1/M; the state,
+  the gathered weights and the gradient do not; M > 1 adds the float32
+  accumulator, 4 bytes per parameter over fsdp × tensor (``accumulation``).
+
+  Chunked loss (``loss_chunk`` C > 0 positions, ``train.loss_chunk_size``
+  resolved by :func:`resolve_loss_chunk`): the loss phase holds the logits
+  of one chunk, rows × min(C, T) positions instead of rows × T, each 4 bytes
+  per vocab entry over tensor, as above (the checkpointed chunk's forward and
+  its gradient are counted by that same per-entry figure, which was calibrated on
+  unchunked steps where XLA keeps one float32 [rows, T, V] buffer for both).
+
+  Checked against XLA's compiled memory in ``benchmarks/aot_memory.py`` (the
+  AOT memory table of docs/compile-tpu.md).
 
   Raises:
-    StepTimeError: an unknown remat policy or a mesh axis < 1.
+    StepTimeError: an unknown remat policy, a mesh axis < 1, M < 1 or a chunk < 0.
   """
   if remat not in ("none", "dots", "full"):
     raise StepTimeError(f"remat={remat!r} is not 'none', 'dots' or 'full'")
   data, fsdp, tensor = (int(mesh.get(a, 1)) for a in ("data", "fsdp", "tensor"))
   if min(data, fsdp, tensor) < 1:
     raise StepTimeError(f"mesh {mesh} has an axis < 1")
+  param_bytes_per_step(microbatches)  # checks M
+  if loss_chunk < 0:
+    raise StepTimeError(f"loss_chunk={loss_chunk!r} must be >= 0 positions (0 = unchunked)")
   n = budget.param_counts(shape).total
-  tokens = global_batch_size * shape.seq_len / (data * fsdp)
+  rows = global_batch_size / (data * fsdp * microbatches)  # one microbatch's rows per device
+  tokens = rows * shape.seq_len
   a = profile.activation_bytes
   hk = shape.n_heads * shape.head_dim
   probs = 4 * shape.n_heads * shape.seq_len / tensor if profile.materialized_attention else 0
@@ -208,8 +273,26 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   embed = n - shape.n_layers * layer_weights
   gathered = a * (live_layers * layer_weights + embed) / tensor if fsdp > 1 else \
       a * n / tensor
-  loss = 4 * shape.vocab_size / tensor
+  loss_positions = rows * (min(loss_chunk, shape.seq_len) if loss_chunk else shape.seq_len)
+  loss = loss_positions * 4 * shape.vocab_size / tensor
   return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
                         gathered_weights=gathered,
                         activations=tokens * shape.n_layers * saved,
-                        working=tokens * max(loss, backward))
+                        working=max(loss, tokens * backward),
+                        accumulation=4 * n / (fsdp * tensor) if microbatches > 1 else 0.0)
+
+
+def recompute_factor(shape: budget.ModelShape, remat: str = "none", *, causal_skip: bool = False,
+                     loss_chunk: int = 0) -> float:
+  """Executed over model matmul FLOPs of a train step (per token, so independent of M):
+  ``full`` remat runs every layer's forward again in the backward (+1/3 of forward +
+  backward, the head's included for simplicity), ``dots`` only the attention score and
+  value matmuls (whose batch dims keep them from being saved); a chunked loss (``loss_chunk`` > 0) recomputes the output
+  projection's forward (2·d_model·V FLOPs per token) in the backward."""
+  per_token = budget.executed_matmul_flops_per_token(shape, causal_skip=causal_skip)
+  extra = 2.0 * shape.d_model * shape.vocab_size if loss_chunk else 0.0
+  if remat == "full":
+    extra += per_token / 3.0
+  elif remat == "dots":
+    extra += 4.0 * shape.n_layers * shape.seq_len * shape.n_heads * shape.head_dim
+  return 1.0 + extra / per_token

@@ -233,7 +233,9 @@ def test_variants_keep_the_run_and_rank(monkeypatch):
   monkeypatch.setattr(topology, "check_available", lambda t: None)
   rows = search_lib.search(c, target, cache_dir=None)
   n_fit = sum(v.model.remat == "full" for v in vs)
-  assert [r["fits"] for r in rows] == [True] * n_fit + [False] * (len(vs) - n_fit)
+  assert [r["fits"] for r in rows] == [True] * n_fit + [False] * (len(rows) - n_fit)
+  assert len(rows) > len(vs)  # a variant that does not fit is compiled again at the next M
+  assert {r["microbatches"] for r in rows} == {1, 2}  # batch 8 over 4 devices: M = 1 or 2
   assert all(r["remat"] == "full" for r in rows[:n_fit])
   assert rows[0]["mesh"]["fsdp"] == 4 and "mesh.fsdp=4" in search_lib.render(rows, target)
 

@@ -49,7 +49,7 @@ def test_a_plan_that_does_not_fit_moves_and_writes_its_layout(stub, tmp_path):
   result = plancheck.check_plan(plan, cache_dir=None)
   assert result["moved"] and result["fits"]
   assert plan.layout == {"remat": "full", "scan_layers": True,
-                         "mesh": {"data": 1, "fsdp": 4, "tensor": 1}}
+                         "mesh": {"data": 1, "fsdp": 4, "tensor": 1}, "microbatches": 1}
   assert any("does not fit v5e-4; moved to remat=full mesh=1×4×1" in w for w in plan.warnings)
   assert plan.to_dict()["layout"] == plan.layout
   path = config_file.write_config(plan, tmp_path / "planned.py", n_devices=4)
@@ -59,6 +59,7 @@ def test_a_plan_that_does_not_fit_moves_and_writes_its_layout(stub, tmp_path):
   c = module.get_config()
   assert (c.model.remat, c.model.scan_layers) == ("full", True)
   assert (c.mesh.data, c.mesh.fsdp, c.mesh.tensor) == (1, 4, 1)
+  assert c.train.microbatches == 1
   assert (c.model.d_model, c.train.global_batch_size) == (plan.chosen.shape.d_model,
                                                           plan.batch.global_batch_size)
 

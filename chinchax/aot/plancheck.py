@@ -4,7 +4,7 @@
 (``chinchax.planning.config_file.planned_config``), compiles its train step
 for the plan's ``--hardware`` (``chinchax.aot``), and when it does not fit
 searches the run's layouts (``chinchax.aot.search``: remat × mesh split ×
-scan_layers — never the shape, batch or steps the plan chose) and moves the
+scan_layers × microbatches — never the shape, global batch or steps the plan chose) and moves the
 plan to the fastest layout that fits by the roofline, saying so in the plan's
 warnings. The chosen layout goes into ``--write-config``'s file. Compile
 results are cached (``~/.cache/chinchax/aot``), so planning again is fast.
@@ -20,7 +20,8 @@ from chinchax.planning.planner import Plan
 
 def _layout(rep: dict) -> dict:
   r = rep["run"]
-  return {"remat": r["remat"], "scan_layers": bool(r["scan_layers"]), "mesh": dict(r["mesh"])}
+  return {"remat": r["remat"], "scan_layers": bool(r["scan_layers"]), "mesh": dict(r["mesh"]),
+          "microbatches": int(r.get("microbatches", 1))}
 
 
 def _short(rep: dict) -> str:
@@ -29,7 +30,7 @@ def _short(rep: dict) -> str:
   total = rep["train_step"]["memory"].get("total")
   mem = "n/a" if total is None else f"{total / 1e9:.3g} GB"
   return (f"remat={lay['remat']} mesh={m['data']}×{m['fsdp']}×{m['tensor']} "
-          f"scan_layers={lay['scan_layers']}: {mem} per device")
+          f"scan_layers={lay['scan_layers']} M={lay['microbatches']}: {mem} per device")
 
 
 def check_plan(plan: Plan, *, workdir: str | None = None, cache_dir=search_lib.CACHE_DIR,

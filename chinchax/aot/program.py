@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from chinchax import config as config_lib
 from chinchax import sharding as sharding_lib
+from chinchax import work
 from chinchax.aot import hlo as hlo_lib
 from chinchax.aot import topology as topology_lib
 from chinchax.aot.topology import AotError, Target
@@ -68,7 +69,12 @@ class ProgramResult:
 
 @dataclasses.dataclass
 class CompiledRun:
-  """A config compiled for a target: its spec, mesh sizes and the two programs."""
+  """A config compiled for a target: its spec, mesh sizes and the two programs.
+
+  ``microbatches`` is the config's ``train.microbatches`` M (the step's batch in M
+  microbatches of B/M rows) and ``loss_chunk`` its ``train.loss_chunk_size`` in sequence
+  positions (``chinchax.work.resolve_loss_chunk`` for the target; 0 = unchunked).
+  """
 
   target: Target
   spec: spec_lib.RunSpec
@@ -76,6 +82,8 @@ class CompiledRun:
   eval: ProgramResult | None
   compiler_options: dict
   notes: list = dataclasses.field(default_factory=list)
+  microbatches: int = 1
+  loss_chunk: int = 0
 
 
 def _bytes(value: str, unit: str) -> float:
@@ -197,7 +205,11 @@ def _compile(config, spec, target: Target, devices: list, eval_step: bool) -> Co
     ev = compile_lowered("eval_step", lambda: program.eval_step.lower(params, batch),
                          len(devices))
   return CompiledRun(target=target, spec=spec, train=train, eval=ev,
-                     compiler_options=dict(program.compiler_options))
+                     compiler_options=dict(program.compiler_options),
+                     microbatches=int(config.train.microbatches),
+                     loss_chunk=work.resolve_loss_chunk(config.train.loss_chunk_size,
+                                                        target.platform, spec.seq_len,
+                                                        spec.model.vocab_size))
 
 
 __all__ = ["AotError", "CompiledRun", "ProgramResult", "compile_run", "parse_oom"]

@@ -35,7 +35,11 @@ MIN_HEADROOM = 0.05
 
 
 def _profile(run: CompiledRun) -> work.ExecutionProfile:
-  m = run.spec.model
+  return profile_of(run.spec.model)
+
+
+def profile_of(m) -> work.ExecutionProfile:
+  """The execution profile of a resolved model config (compute dtype, attention kernel)."""
   return work.ExecutionProfile(activation_bytes=4 if m.compute_dtype == "float32" else 2,
                                materialized_attention=m.attention == "xla",
                                causal_skip=m.attention in ("cudnn", "splash"))
@@ -48,29 +52,23 @@ def analytic(run: CompiledRun) -> dict:
   shape, gbs, prof = spec.shape(), spec.global_batch_size, _profile(run)
   data_ways = spec.mesh["data"] * spec.mesh["fsdp"]
   # FLOPs and traffic are spread over every device (tensor splits the matmuls too).
+  m = run.microbatches
   flops = work.step_flops(shape, gbs, n_devices=n_dev, profile=prof)
-  nbytes = work.bytes_per_step(shape, gbs, n_devices=n_dev, profile=prof)
+  nbytes = work.bytes_per_step(shape, gbs, n_devices=n_dev, profile=prof, microbatches=m)
   one = dataclasses.replace(shape, n_layers=1)
   mem = work.mesh_memory_per_device(shape, gbs, mesh=spec.mesh, remat=spec.model.remat,
-                                    profile=prof)
+                                    profile=prof, microbatches=m, loss_chunk=run.loss_chunk)
   return {"flops": flops, "bytes": nbytes, "memory": mem.to_dict(), "data_ways": data_ways,
           "flops_one_layer": work.step_flops(one, gbs, n_devices=n_dev, profile=prof),
-          "bytes_one_layer": work.bytes_per_step(one, gbs, n_devices=n_dev, profile=prof)}
+          "bytes_one_layer": work.bytes_per_step(one, gbs, n_devices=n_dev, profile=prof,
+                                                 microbatches=m)}
 
 
 def recompute_factor(run: CompiledRun) -> float:
-  """Executed over model matmul FLOPs of the train step under remat: ``full`` runs every
-  layer's forward again in the backward (+1/3 of forward + backward), ``dots`` only the
-  attention score and value matmuls (whose batch dims keep them from being saved)."""
-  m = run.spec.model
-  if m.remat == "full":
-    return 4.0 / 3.0
-  if m.remat == "dots":
-    shape = run.spec.shape()
-    attention_fwd = 4.0 * shape.n_layers * shape.seq_len * shape.n_heads * shape.head_dim
-    per_token = budget.executed_matmul_flops_per_token(shape, causal_skip=_profile(run).causal_skip)
-    return 1.0 + attention_fwd / per_token
-  return 1.0
+  """Executed over model matmul FLOPs of the train step: remat's and the chunked loss's
+  recompute (``chinchax.work.recompute_factor``)."""
+  return work.recompute_factor(run.spec.shape(), run.spec.model.remat,
+                               causal_skip=_profile(run).causal_skip, loss_chunk=run.loss_chunk)
 
 
 def devices_per_chip(run: CompiledRun) -> float:
@@ -86,7 +84,10 @@ def roofline(run: CompiledRun, ana: dict) -> dict:
   scanned = run.spec.model.scan_layers
   share = devices_per_chip(run)  # a device's share of its chip's peak and bandwidths
   compute = ana["flops"] * recompute_factor(run) / (acc.peak_flops / share)
-  if t.xla_bytes is not None:
+  if t.xla_bytes is not None and run.microbatches > 1:
+    # XLA counts the microbatch loop's body once: the analytic bytes (weights read M times).
+    hbm_bytes, hbm_src = ana["bytes"], "analytic (XLA counts the microbatch loop once)"
+  elif t.xla_bytes is not None:
     scale = ana["bytes"] / ana["bytes_one_layer"] if scanned else 1.0
     hbm_bytes, hbm_src = t.xla_bytes * scale, ("XLA, scaled from one scanned layer" if scanned
                                                else "XLA")
@@ -122,10 +123,11 @@ def suggestions(run: CompiledRun) -> list[str]:
                f"AdamW state over the data devices too)")
   if not m.scan_layers and m.n_layers > 4:
     out.append("model.scan_layers=True (one compiled layer; also shortens the compile)")
-  per_dev = run.spec.global_batch_size // max(1, mesh["data"] * mesh["fsdp"])
+  per_dev = run.spec.global_batch_size // max(1, mesh["data"] * mesh["fsdp"] * run.microbatches)
   if per_dev > 1:
-    out.append(f"a smaller train.global_batch_size or more devices ({per_dev} sequences of "
-               f"{run.spec.seq_len} tokens per device now)")
+    out.append(f"train.microbatches={2 * run.microbatches} (the same global batch in more, "
+               f"smaller microbatches: {per_dev} sequences of {run.spec.seq_len} tokens per "
+               f"device per microbatch now), or more devices")
   if m.n_heads % 2 == 0 and mesh["tensor"] == 1:
     out.append("mesh.tensor=2 (split heads, MLP hidden and vocab)")
   out.append("chinchax compile --search tries these and lists the variants that fit")
@@ -148,6 +150,9 @@ def summarize(run: CompiledRun) -> dict:
               "n_heads": spec.model.n_heads, "d_ff": spec.model.d_ff,
               "vocab_size": spec.model.vocab_size, "seq_len": spec.seq_len,
               "global_batch_size": spec.global_batch_size, "N": spec.counts.total,
+              "microbatches": run.microbatches,
+              "microbatch_size": spec.global_batch_size // run.microbatches,
+              "loss_chunk": run.loss_chunk,
               "mesh": spec.mesh, "remat": spec.model.remat,
               "scan_layers": spec.model.scan_layers, "compute_dtype": spec.model.compute_dtype,
               "attention": spec.model.attention, "steps": spec.steps},
@@ -205,6 +210,13 @@ def _ms(x: float | None) -> str:
   return f"{x * 1e3:.3g} ms" if abs(x) >= 1e-5 or x == 0 else f"{x * 1e6:.3g} µs"
 
 
+def _micro(r: dict) -> str:
+  """" = M 4 × microbatch 64, loss in chunks of 512" (what is not the default), for the run line."""
+  m, chunk = r.get("microbatches", 1), r.get("loss_chunk", 0)
+  return ((f" = M {m} × microbatch {r['microbatch_size']}" if m > 1 else "")
+          + (f", loss in chunks of {chunk}" if chunk else ""))
+
+
 def render(rep: dict) -> str:
   """The human-readable table of :func:`summarize`'s report."""
   tg, r, t = rep["target"], rep["run"], rep["train_step"]
@@ -213,7 +225,7 @@ def render(rep: dict) -> str:
            f", {_gb(tg['memory_per_device'])} HBM per device",
            f"run      d_model={r['d_model']} n_layers={r['n_layers']} n_heads={r['n_heads']} "
            f"d_ff={r['d_ff']} vocab={r['vocab_size']} N={r['N']:,}; batch "
-           f"{r['global_batch_size']} × {r['seq_len']}; mesh {r['mesh']}; remat={r['remat']}"
+           f"{r['global_batch_size']} × {r['seq_len']}{_micro(r)}; mesh {r['mesh']}; remat={r['remat']}"
            f"{' scan_layers' if r['scan_layers'] else ''} {r['compute_dtype']} "
            f"attention={r['attention']}"]
   for name in ("train_step", "eval_step"):
@@ -239,7 +251,7 @@ def render(rep: dict) -> str:
     ratio = rep.get("analytic_memory_ratio")
     of = (f"of {_gb(tg['memory_per_device'])}" if rep.get("headroom_of") != "XLA's available HBM"
           else "of XLA's available HBM")
-    lines.append(f"memory     {verdict}: headroom {_gb(rep['headroom_bytes'])} "
+    lines.append(f"memory     {verdict} at M = {r.get('microbatches', 1)}: headroom {_gb(rep['headroom_bytes'])} "
                  f"({100 * rep['headroom_fraction']:+.1f}%) {of}; "
                  f"analytic estimate {_gb(rep['analytic']['memory']['total'])}"
                  + (f" (× {ratio:.2f} of XLA's)" if ratio else ""))

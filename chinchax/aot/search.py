@@ -2,10 +2,14 @@
 
 :func:`variants` lists configs that differ from the given one only in how the
 program is laid out — ``model.remat`` (none, dots, full), the mesh split
-(all data, all fsdp, data × fsdp, fsdp × tensor=2) and ``model.scan_layers``
-(on for deeper than 4 layers) — never in what it trains (shape, batch, steps).
-:func:`search` compiles each (train step only) and ranks those that fit by
-their roofline step time. :func:`compile_cached` keeps every report under
+(all data, all fsdp, data × fsdp, fsdp × tensor=2), ``model.scan_layers``
+(on for deeper than 4 layers) and ``train.microbatches`` M (the global batch
+in M microbatches: per remat × mesh the smallest M that the analytic memory
+model, ``chinchax.planning.layout.smallest_microbatches``, fits on the device)
+— never in what it trains (shape, global batch, steps). :func:`search`
+compiles each (train step only), and a variant that XLA finds too large once
+more at the next larger M, and ranks those that fit by their roofline step
+time. :func:`compile_cached` keeps every report under
 ``~/.cache/chinchax/aot/<fingerprint>.json``: the fingerprint hashes the config,
 the target and the versions of jax, jaxlib and libtpu / the CUDA plugin, so a
 repeated search or plan compiles nothing.
@@ -24,10 +28,12 @@ import sys
 import time
 from typing import Callable
 
+from chinchax import work
 from chinchax.aot import program as program_lib
 from chinchax.aot import report as report_lib
 from chinchax.aot import topology as topology_lib
 from chinchax.aot.topology import Target
+from chinchax.planning import layout as layout_lib
 
 CACHE_DIR = pathlib.Path(os.path.expanduser("~/.cache/chinchax/aot"))
 CHILD_TIMEOUT_S = 3600.0
@@ -142,17 +148,35 @@ def mesh_splits(n_devices: int, n_heads: int) -> list[dict[str, int]]:
   return out
 
 
+def _key(c) -> tuple:
+  return (c.model.remat, c.mesh.data, c.mesh.fsdp, c.mesh.tensor, c.model.scan_layers,
+          c.train.microbatches)
+
+
+def microbatch_options(config, target: Target) -> tuple[list[int], int]:
+  """(every M that splits the config's batch over its mesh's data × fsdp, ascending; the
+  smallest of them the analytic memory model fits on a device of ``target``, else the
+  largest). ``config``'s mesh must be resolved; its own M is not read."""
+  c = config.copy_and_resolve_references()
+  c.train.microbatches = 1
+  spec = program_lib.check_config(c, target)
+  dp = spec.mesh["data"] * spec.mesh["fsdp"]
+  shape = spec.shape()
+  chunk = work.resolve_loss_chunk(c.train.loss_chunk_size, target.platform, spec.seq_len,
+                                  shape.vocab_size)
+  m, _ = layout_lib.smallest_microbatches(
+      shape, spec.global_batch_size, spec.mesh, remat=spec.model.remat, loss_chunk=chunk,
+      profile=report_lib.profile_of(spec.model), capacity=target.memory_per_device)
+  return layout_lib.microbatch_choices(spec.global_batch_size, dp), m
+
+
 def variants(config, target: Target) -> list:
   """Configs of the same run laid out differently (see the module doc); the given one first."""
   base = config.copy_and_resolve_references()
   out, seen = [base], set()
-
-  def key(c):
-    return (c.model.remat, c.mesh.data, c.mesh.fsdp, c.mesh.tensor, c.model.scan_layers)
-
   spec = program_lib.check_config(base, target)
   base.mesh.update(**spec.mesh)
-  seen.add(key(base))
+  seen.add(_key(base))
   scan = bool(base.model.scan_layers) or base.model.n_layers > 4
   for remat in REMATS:
     for mesh in mesh_splits(target.n_devices, base.model.n_heads):
@@ -162,37 +186,58 @@ def variants(config, target: Target) -> list:
       c.model.remat = remat
       c.model.scan_layers = scan
       c.mesh.update(**mesh)
-      if key(c) not in seen:
-        seen.add(key(c))
+      c.train.microbatches = microbatch_options(c, target)[1]
+      if _key(c) not in seen:
+        seen.add(_key(c))
         out.append(c)
   return out
+
+
+def _larger_m(config, target: Target):
+  """The config at the next larger M that splits its batch, or None at the largest."""
+  choices, _ = microbatch_options(config, target)
+  bigger = [m for m in choices if m > config.train.microbatches]
+  if not bigger:
+    return None
+  c = config.copy_and_resolve_references()
+  c.train.microbatches = bigger[0]
+  return c
 
 
 def search(config, target: Target, *, cache_dir: pathlib.Path | None = CACHE_DIR,
            progress: Callable[[int, int, dict], None] | None = None,
            isolate: bool = True) -> list[dict]:
-  """Compiles every variant's train step; returns rows ranked: fitting ones by roofline step time,
-  then the rest by how far over HBM they are.
+  """Compiles every variant's train step (one that does not fit once more at the next larger
+  M); returns rows ranked: fitting ones by roofline step time, then the rest by how far over
+  HBM they are.
 
-  Each row: {"remat", "mesh", "scan_layers", "fits", "total_bytes", "headroom_fraction",
-  "step_s", "bound", "cached", "report"}.
+  Each row: {"remat", "mesh", "scan_layers", "microbatches", "fits", "total_bytes",
+  "headroom_fraction", "step_s", "bound", "cached", "given", "report"}.
   """
   topology_lib.check_available(target)
   devices = None if isolate else topology_lib.compile_devices(target)
   rows = []
-  vs = variants(config, target)
-  for i, c in enumerate(vs):
+  todo = [(c, i == 0, True) for i, c in enumerate(variants(config, target))]
+  i = 0
+  while i < len(todo):
+    c, given, retry = todo[i]
+    i += 1
     rep, cached = compile_cached(c, target, eval_step=False, devices=devices, cache_dir=cache_dir,
                                  isolate=isolate)
     ro = rep.get("roofline") or {}
     rows.append({"remat": c.model.remat, "mesh": dict(rep["run"]["mesh"]),
-                 "scan_layers": bool(c.model.scan_layers), "fits": rep["fits"],
+                 "scan_layers": bool(c.model.scan_layers),
+                 "microbatches": int(c.train.microbatches), "fits": rep["fits"],
                  "total_bytes": rep["train_step"]["memory"].get("total"),
                  "headroom_fraction": rep.get("headroom_fraction"),
                  "step_s": ro.get("step_s"), "bound": ro.get("bound"), "cached": cached,
-                 "given": i == 0, "report": rep})
+                 "given": given, "report": rep})
+    if retry and not rep["fits"] and not rep["train_step"].get("error"):
+      bigger = _larger_m(c, target)
+      if bigger is not None and _key(bigger) not in {_key(t[0]) for t in todo}:
+        todo.append((bigger, False, False))
     if progress is not None:
-      progress(i + 1, len(vs), rows[-1])
+      progress(i, len(todo), rows[-1])
   fit = sorted((r for r in rows if r["fits"]), key=lambda r: r["step_s"] or float("inf"))
   rest = sorted((r for r in rows if not r["fits"]), key=lambda r: -(r["headroom_fraction"] or
                                                                     -float("inf")))
@@ -200,9 +245,9 @@ def search(config, target: Target, *, cache_dir: pathlib.Path | None = CACHE_DIR
 
 
 def render(rows: list[dict], target: Target) -> str:
-  """The search's table: one line per variant, the best first."""
+  """The search's table: one line per variant, the best first, and the best one's flags."""
   lines = [f"{'rank':>4}  {'fits':<4}  {'remat':<5}  {'data×fsdp×tensor':<16}  {'scan':<5}  "
-           f"{'memory/device':>13}  {'headroom':>8}  {'step (roofline)':>15}  bound"]
+           f"{'M':>4}  {'memory/device':>13}  {'headroom':>8}  {'step (roofline)':>15}  bound"]
   for i, r in enumerate(rows, 1):
     m = r["mesh"]
     mem = "n/a" if r["total_bytes"] is None else f"{r['total_bytes'] / 1e9:.3f} GB"
@@ -211,14 +256,15 @@ def render(rows: list[dict], target: Target) -> str:
     tag = " (given)" if r["given"] else ""
     lines.append(f"{i:>4}  {'yes' if r['fits'] else 'no':<4}  {r['remat']:<5}  "
                  f"{m['data']}×{m['fsdp']}×{m['tensor']:<12}  {str(r['scan_layers']):<5}  "
-                 f"{mem:>13}  {head:>8}  {step:>15}  {r['bound'] or '-'}{tag}")
+                 f"{r.get('microbatches', 1):>4}  {mem:>13}  {head:>8}  {step:>15}  "
+                 f"{r['bound'] or '-'}{tag}")
   best = next((r for r in rows if r["fits"]), None)
   if best is None:
-    lines.append(f"no variant fits {target.spec}; a smaller batch, more devices or a smaller "
-                 f"model would")
+    lines.append(f"no variant fits {target.spec}; more devices or a smaller model would")
   else:
     m = best["mesh"]
     lines.append(f"best: --config.model.remat={best['remat']} --config.mesh.data={m['data']} "
                  f"--config.mesh.fsdp={m['fsdp']} --config.mesh.tensor={m['tensor']} "
-                 f"--config.model.scan_layers={best['scan_layers']}")
+                 f"--config.model.scan_layers={best['scan_layers']} "
+                 f"--config.train.microbatches={best.get('microbatches', 1)}")
   return "\n".join(lines)

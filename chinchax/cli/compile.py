@@ -18,8 +18,10 @@ Options:
   --topology NAME   v5e-4 ... v5e-256, v6e-4 ... v6e-256, v4-8 ... (TensorCores),
                     v5p-8 ... v5p-128 ... (TensorCores), h100x8, h200x8, a100-80gbx8
   --slices K        K TPU slices of that topology (multi-slice; default 1)
-  --search          compile variants (remat none/dots/full x mesh split x scan_layers),
-                    list those that fit, ranked by roofline step time
+  --search          compile variants (remat none/dots/full x mesh split x scan_layers, each
+                    at the smallest train.microbatches M the analytic memory model fits, and
+                    at the next M when XLA finds it too large), list those that fit, ranked
+                    by roofline step time, and print the best one's flags
   --json            print the report (or the search's rows) as JSON
   --no-eval         compile the train step only
   --no-cache        compile again even if ~/.cache/chinchax/aot holds this program
@@ -118,7 +120,8 @@ def main(argv: list[str]) -> int:
     def progress(i, n, row):
       m = row["mesh"]
       console.say(f"  [{i}/{n}] remat={row['remat']} mesh={m['data']}×{m['fsdp']}×{m['tensor']} "
-                  f"scan_layers={row['scan_layers']}: {'fits' if row['fits'] else 'does not fit'}"
+                  f"scan_layers={row['scan_layers']} M={row['microbatches']}: "
+                  f"{'fits' if row['fits'] else 'does not fit'}"
                   f"{' (cached)' if row['cached'] else ''}", stream=sys.stderr)
     rows = search_lib.search(config, target, cache_dir=cache, progress=progress)
     payload = [{k: v for k, v in r.items() if k != "report"} for r in rows]

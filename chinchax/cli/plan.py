@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     from chinchax.aot import plancheck
     plancheck.check_plan(plan, workdir=args.workdir, progress=lambda i, n, row: console.say(
         f"chinchax plan --aot: [{i}/{n}] remat={row['remat']} mesh={row['mesh']['data']}×"
-        f"{row['mesh']['fsdp']}×{row['mesh']['tensor']} scan_layers={row['scan_layers']}: "
+        f"{row['mesh']['fsdp']}×{row['mesh']['tensor']} scan_layers={row['scan_layers']} "
+        f"M={row['microbatches']}: "
         f"{'fits' if row['fits'] else 'does not fit'}", stream=sys.stderr))
   if args.write_config:
     config_file.write_config(plan, args.write_config, args.workdir,

@@ -18,6 +18,7 @@ import numpy as np
 from chinchax import budget
 from chinchax import hardware as hardware_lib
 from chinchax import step_time as step_time_lib
+from chinchax.planning import layout as layout_lib
 from chinchax.planning import timed
 from chinchax.planning.errors import PlanError
 
@@ -30,8 +31,10 @@ class ScaledStepTime:
   factor: float
   profile: Any = None
 
-  def predict(self, shape: budget.ModelShape, global_batch_size: int) -> float:
-    return self.factor * float(self.model.predict(shape, global_batch_size))
+  def predict(self, shape: budget.ModelShape, global_batch_size: int,
+              microbatches: int = 1) -> float:
+    return self.factor * layout_lib.predict_step(self.model, shape, global_batch_size,
+                                                 microbatches=microbatches)
 
   def startup_s(self, shape: budget.ModelShape, global_batch_size: int) -> float:
     return step_time_lib.model_startup_s(self.model, shape, global_batch_size)

@@ -25,7 +25,8 @@ _LAYOUT = {
     "model": (("vocab_size", "d_model", "n_layers"), ("n_heads", "d_ff", "tie_embeddings"),
               ("remat", "scan_layers")),
     "mesh": (("data", "fsdp", "tensor"),),
-    "train": (("global_batch_size", "seq_len"), ("peak_lr", "warmup_steps"),
+    "train": (("global_batch_size", "seq_len"), ("microbatches",),
+              ("peak_lr", "warmup_steps"),
               ("eval_every", "checkpoint_every"), ("log_every",)),
     "budget": (("mode", "tokens", "n_kind"),),
 }
@@ -47,9 +48,17 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
                     log_every=max(1, min(50, b.steps // 20))),
       "budget": dict(mode="tokens", tokens=plan.D, n_kind="total"),
   }
+  if plan.fit is not None:  # how the run fits its devices (chinchax.planning.layout)
+    sections["model"]["remat"] = plan.fit.remat
+    # train.loss_chunk_size stays "auto": on the plan's hardware it is plan.fit.loss_chunk.
+    sections["train"]["microbatches"] = plan.fit.microbatches
+    if plan.fit.mesh["fsdp"] > 1:  # FSDP over however many devices the run gets
+      sections["mesh"] = dict(data=1, fsdp=-1, tensor=1)
   if plan.layout is not None:  # chinchax plan --aot moved the run to a layout that fits
     sections["model"].update(remat=plan.layout["remat"], scan_layers=plan.layout["scan_layers"])
     sections["mesh"] = dict(plan.layout["mesh"])
+    if "microbatches" in plan.layout:
+      sections["train"]["microbatches"] = plan.layout["microbatches"]
   return sections, cpu_devices, cpu_note
 
 

@@ -46,12 +46,12 @@ from chinchax import budget
 from chinchax import hardware as hardware_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
+from chinchax.planning import layout as layout_lib
 from chinchax.planning import calibrate as calibrate_lib
 from chinchax.planning import reach
 from chinchax.planning import shapes as shapes_lib
 from chinchax import step_time as step_time_lib
 from chinchax.planning import timed
-from chinchax import work
 from chinchax.planning.errors import PlanError
 
 DEFAULT_LAW = "epoch"
@@ -95,6 +95,9 @@ class Plan:
       (``chinchax.aot.plancheck``): fits, layouts, the compile report.
     layout: ``--aot`` moved the run to this layout ({"remat", "scan_layers",
       "mesh"}), which ``--write-config`` writes; None keeps the defaults.
+    fit: with hardware, how the run fits its devices (``chinchax.planning.layout``):
+      microbatches M of the global batch, remat, loss chunks, mesh and the memory per
+      device, which ``--write-config`` writes; None without hardware.
   """
 
   mode: str
@@ -116,6 +119,7 @@ class Plan:
   calibration_factor: float | None = None
   aot: dict | None = None
   layout: dict | None = None
+  fit: Any = None
 
   @property
   def N(self) -> int:
@@ -172,7 +176,7 @@ class Plan:
         "seconds": self.seconds, "hours": None if self.seconds is None else self.seconds / 3600,
         "dollars": self.dollars,
         "aot": None if self.aot is None else {k: v for k, v in self.aot.items() if k != "report"},
-        "layout": self.layout,
+        "layout": self.layout, "fit": None if self.fit is None else self.fit.to_dict(),
         "tokens_per_dollar": (self.D / self.dollars) if self.dollars else None,
         "candidates": self.candidates, "comparison": self.comparison,
         "dollar_curve": self.dollar_curve, "warnings": list(self.warnings),
@@ -259,7 +263,7 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
     model = step_time_model or step_time_lib.RooflineStepTime(hardware)
     plan.step_time_model = step_time_lib.describe_model(model)
     plan.step_time_s = float(model.predict(chosen.shape, batch.global_batch_size))
-    _memory_warning(plan, hardware)
+    layout_lib.fit_plan(plan, hardware, model)
   return plan
 
 
@@ -361,23 +365,8 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
          "model_error": tc.measured.model_error, "startup_s": tc.measured.startup_s}
         for tc in ranked if tc.measured is not None]  # the FLOP-optimal one is among them
   plan.comparison = timed.compare(flop_opt, best, has_loss)
-  _memory_warning(plan, hardware, best.memory_bytes)
+  layout_lib.fit_plan(plan, hardware, model, best.fit)
   return plan
-
-
-def _memory_warning(plan: Plan, hardware: hardware_lib.Hardware,
-                    mem: float | None = None) -> None:
-  """Warns when the chosen shape's memory per device (FSDP-sharded state) exceeds the chip's."""
-  if mem is None:
-    mem = work.sharded_memory_per_device(
-        plan.chosen.shape, plan.batch.global_batch_size, n_devices=hardware.n_devices,
-        profile=work.ExecutionProfile.for_kind(hardware.accelerator.kind))
-  cap = hardware.accelerator.memory_bytes
-  if mem > cap:
-    plan.warnings.append(
-        f"estimated memory {mem / 1e9:.3g} GB per device exceeds the {cap / 1e9:.3g} GB of a "
-        f"{hardware.accelerator.display_name} even with parameters and optimizer state sharded "
-        f"(mesh.fsdp); use model.remat, more devices or a smaller global_batch_size")
 
 
 def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,

@@ -5,11 +5,23 @@ from __future__ import annotations
 import math
 
 from chinchax import budget
+from chinchax.planning import layout as layout_lib
 from chinchax.planning.planner import Plan
 
 
 def _fmt_int(x: float) -> str:
   return f"{x:,.0f}" if abs(x) < 1e7 else f"{x:.4g}"
+
+
+def _fit_line(fit) -> str:
+  """The memory line: G = M × m, remat, mesh and the analytic memory per device."""
+  m = fit.mesh
+  chunk = f", loss in chunks of {fit.loss_chunk}" if fit.loss_chunk else ""
+  return (f"  memory         global batch G {fit.global_batch_size} = M {fit.microbatches} × "
+          f"microbatch m {fit.microbatch_size}; remat {fit.remat}{chunk}; mesh data×fsdp×tensor "
+          f"{m['data']}×{m['fsdp']}×{m['tensor']}; {fit.memory.total / 1e9:.3g} GB per device "
+          f"of {fit.capacity / 1e9:.3g} GB (analytic, {'fits' if fit.fits else 'DOES NOT FIT'}"
+          f" with {100 * layout_lib.MEMORY_HEADROOM:.0f}% kept free)")
 
 
 def format_plan(plan: Plan) -> str:
@@ -47,6 +59,9 @@ def format_plan(plan: Plan) -> str:
     lines.append(f"  predicted loss {plan.predicted_loss:.4f} nats/token")
   if plan.step_time_s is not None:
     lines.append(f"  step time      {plan.step_time_s:.4g} s ({plan.step_time_model})")
+  if plan.fit is not None:
+    lines.append(_fit_line(plan.fit))
+  if plan.step_time_s is not None:
     cost = f", ${plan.dollars:,.2f}" if plan.dollars is not None else ""
     start = (f" = start-up {plan.startup_s:.3g} s + {_fmt_int(plan.batch.steps)} steps"
              if plan.startup_s else "")

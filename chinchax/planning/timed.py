@@ -17,9 +17,9 @@ from chinchax import budget
 from chinchax import hardware as hardware_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
+from chinchax.planning import layout as layout_lib
 from chinchax.planning import shapes as shapes_lib
 from chinchax import step_time as step_time_lib
-from chinchax import work
 from chinchax.planning.errors import PlanError
 
 
@@ -54,10 +54,12 @@ class TimedCandidate:
     step_time_s: predicted seconds per step.
     loss: L(N, tokens) in nats/token, None for an allocation-only law.
     frontier_gap: |ln(N / N_opt(6·N·tokens))|, distance from the law's frontier.
-    memory_bytes: rough peak memory per device (FSDP-sharded state).
+    memory_bytes: the analytic peak memory per device of its layout (``fit``).
     measured: the calibration measurement behind ``step_time_s``, if any.
     startup_s: seconds before the steady state, paid out of the budget (from
       the measurement, else the step-time model's, else 0).
+    fit: how it fits the devices (``chinchax.planning.layout.choose_layout``:
+      microbatches, remat); its step time is the model's for that layout.
   """
 
   candidate: shapes_lib.ShapeCandidate
@@ -68,6 +70,7 @@ class TimedCandidate:
   memory_bytes: float
   measured: Measurement | None = None
   startup_s: float = 0.0
+  fit: layout_lib.Layout | None = None
 
   @property
   def tokens(self) -> int:
@@ -82,6 +85,9 @@ class TimedCandidate:
                memory_gb_per_device=self.memory_bytes / 1e9,
                step_time_source="measured" if self.measured else "model",
                startup_s=self.startup_s)
+    if self.fit is not None:
+      out.update(microbatches=self.fit.microbatches, remat=self.fit.remat,
+                 fits_memory=self.fit.fits)
     if self.measured is not None:
       out.update(model_step_time_s=self.measured.model_step_time_s)
     return out
@@ -115,8 +121,9 @@ def evaluate(cand: shapes_lib.ShapeCandidate, seconds: float, C_rule: float, law
   seq_len = cand.shape.seq_len
   n = hardware.n_devices
   gbs = candidate_batch_size(cand, C_rule, n)
+  fit = layout_lib.choose_layout(cand.shape, gbs, hardware, model=model)
   if measured is None:
-    t = float(model.predict(cand.shape, gbs))
+    t = fit.step_time_s
     startup = step_time_lib.model_startup_s(model, cand.shape, gbs)
   else:
     t, startup = measured.step_time_s, measured.startup_s
@@ -134,18 +141,17 @@ def evaluate(cand: shapes_lib.ShapeCandidate, seconds: float, C_rule: float, law
     gap = abs(math.log(cand.N / n_opt))
   else:
     loss, gap = (math.inf if allocate_lib.predicts_loss(law) else None), math.inf
-  profile = getattr(model, "profile", None) or work.ExecutionProfile.for_kind(
-      hardware.accelerator.kind)
-  mem = work.sharded_memory_per_device(cand.shape, gbs, n_devices=n, profile=profile)
-  return TimedCandidate(cand, batch, t, loss, gap, mem, measured, startup)
+  return TimedCandidate(cand, batch, t, loss, gap, fit.memory.total, measured, startup, fit)
 
 
 def rank_key(tc: TimedCandidate, has_loss: bool) -> tuple:
-  """Sort key, best first: shapes that finish a step before shapes that do not, then the
-  predicted loss (``has_loss``) or the distance from the law's frontier."""
+  """Sort key, best first: shapes that finish a step before shapes that do not, then those
+  that fit the devices in some layout, then the predicted loss (``has_loss``) or the
+  distance from the law's frontier."""
   if tc.tokens <= 0:
-    return (1, math.inf)
-  return (0, tc.loss if has_loss else tc.frontier_gap)
+    return (1, 1, math.inf)
+  fits = tc.fit is None or tc.fit.fits
+  return (0, 0 if fits else 1, tc.loss if has_loss else tc.frontier_gap)
 
 
 def compare(flop_opt: TimedCandidate, best: TimedCandidate, has_loss: bool) -> dict:
