@@ -56,7 +56,7 @@ def test_an_interrupted_bpe_run_exports_its_own_tokenizer(interrupted_bpe_run, t
     assert cli.main(["export", str(run), "--out", str(out)]) == 0
     assert (out / "tokenizer.json").read_text() == text
     hf, gen = (json.loads((out / f).read_text()) for f in ("config.json", "generation_config.json"))
-    assert hf["eos_token_id"] == hf["bos_token_id"] == gen["eos_token_id"] == 0
+    assert hf["eos_token_id"] == hf["bos_token_id"] == gen["eos_token_id"] == gen["pad_token_id"] == 0
     info = json.loads((out / "export_info.json").read_text())["tokenizer"]
     assert info["sha256"] == sha and info["eos_id"] == 0
     assert info["found_at"] == str(store / "tokenizer.json" if name == "a" else saved)

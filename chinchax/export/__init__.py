@@ -379,7 +379,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
     (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": eos_id, "eos_token_id": eos_id}, indent=2))
+        {"bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2))
     (tmp / "tokenizer.json").write_text(tok.json_text)
     (tmp / "tokenizer_config.json").write_text(json.dumps(
         tokenizer_files.tokenizer_config(tok.eos_token), indent=2))
