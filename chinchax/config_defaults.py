@@ -145,7 +145,7 @@ def get_variant(name: str) -> ml_collections.ConfigDict:
     c.workdir = "runs/tiny"
     c.model.update(d_model=32, n_layers=2, n_heads=2, d_ff=64)
     c.train.update(global_batch_size=8, seq_len=32, warmup_steps=5, eval_every=10,
-                   eval_batches=2, log_every=5, checkpoint_every=10, progress=False)
+                   eval_batches=2, log_every=5, checkpoint_every=10)
     c.budget.update(mode="steps", steps=20)
     c.data.val_fraction = 0.02
     return c

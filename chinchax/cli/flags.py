@@ -209,6 +209,45 @@ def _unknown_key(argv: list[str], default: pathlib.Path, verb: str, key: str) ->
   return None
 
 
+def _integral_ints(argv: list[str], default: pathlib.Path) -> list[str]:
+  """``argv`` with each ``--config.KEY=VALUE`` of an integer knob given as an integral number
+  in float form (``1e6``, ``2.0``, ``1_000_000.0``) rewritten as that integer.
+
+  Raises:
+    UsageError: an integer knob given a number that is not whole (``2.5``, ``inf``).
+  """
+  at = [i for i, a in enumerate(argv) if a.startswith("--config.") and "=" in a]
+  if not at:
+    return argv
+  path, _, variant = (_config_arg(argv) or str(default)).partition(":")
+  try:
+    base = _load_variant(pathlib.Path(path), variant or "default")
+  except Exception:  # noqa: BLE001 — the parse that follows names what is wrong with the file
+    return argv
+  out = list(argv)
+  for i in at:
+    key, value = argv[i][len("--config."):].split("=", 1)
+    node = base
+    for part in key.split("."):
+      node = node[part] if hasattr(node, "keys") and part in node else None
+    if type(node) is not int:  # bool is not int here
+      continue
+    try:
+      int(value)
+      continue  # already an integer (1000000, 1_000_000): the parser takes it
+    except ValueError:
+      pass
+    try:
+      number = float(value)
+    except ValueError:
+      continue  # not a number at all: the parser says so
+    if not number.is_integer():
+      raise UsageError(f"--config.{key}={value} is not a whole number; {key} is an integer "
+                       f"(e.g. 1e6 or 1_000_000)")
+    out[i] = f"--config.{key}={int(number)}"
+  return out
+
+
 def parse_config(argv: list[str], default: pathlib.Path, verb: str):
   """Parses ``--config FILE[:VARIANT]`` plus dotted overrides.
 
@@ -226,6 +265,7 @@ def parse_config(argv: list[str], default: pathlib.Path, verb: str):
     print(_help_text(verb, default, argv))
     return None
   _check_config_file_exists(argv, default)
+  argv = _integral_ints(argv, default)
   fv = flags.FlagValues()
   full_argv = [f"chinchax-{verb}"] + argv
   try:

@@ -145,7 +145,10 @@ class FileSource:
         if blocked is not None:
           raise paths_lib.PathError(f"data.paths glob {pattern!r} cannot be matched: directory "
                                     f"{blocked} cannot be read (permission denied)")
-        raise DataError(f"data.paths glob {pattern!r} matches no file")
+        where = ("" if os.path.isabs(os.path.expanduser(pattern)) else
+                 f" (relative to the current directory {os.getcwd()}; give an absolute path or "
+                 f"run from the directory it is relative to)")
+        raise DataError(f"data.paths glob {pattern!r} matches no file{where}")
       self.files.extend(pathlib.Path(m).resolve() for m in matched)
     if not self.files:
       raise DataError(f"data.paths={patterns!r} names no file")

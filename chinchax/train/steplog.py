@@ -114,7 +114,10 @@ class StepLog:
                         "grad_norm": float(m["grad_norm"]), "lr": float(m["lr"]),
                         **({"z_loss": float(m["z_loss"])} if "z_loss" in m else {}),
                         "tokens": step_no * self.spec.tokens_per_step, **extra})
-    self.bar.set_postfix(loss=f"{loss:.3f}", eval=f"{self.eval_loss:.3f}", refresh=False)
+    shown = {"loss": f"{loss:.3f}"}
+    if not math.isnan(self.eval_loss):  # no eval yet: nothing to show
+      shown["eval"] = f"{self.eval_loss:.3f}"
+    self.bar.set_postfix(refresh=False, **shown)
 
   def close(self) -> None:
     self.flush()
