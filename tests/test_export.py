@@ -188,7 +188,7 @@ def test_overwrite_never_deletes_what_an_export_did_not_write(runs, tmp_path, ca
       (runs, f"holds the run {runs / 'x'}"),
       (tmp_path, f"holds the run {runs / 'x'}"),
       (runs / "y", "is a chinchax run directory"),
-      (runs / "x" / "checkpoints", "belongs to the run"),
+      (runs / "x" / "checkpoints", f"is the checkpoints directory of the run {runs / 'x'}"),
       (runs / "x" / "checkpoints" / "10" / "hf", "belongs to the run"),
       (runs / "y" / "checkpoints" / "new", "belongs to the run"),
       (mine, "is not empty and is not an earlier export (it holds thesis.tex)"),

@@ -84,9 +84,10 @@ def check_out(out, workdir: pathlib.Path, overwrite: bool) -> pathlib.Path:
       continue
     child = run / out.relative_to(run).parts[0]
     if child.name == "checkpoints" or (child != out and child.exists()):
-      raise ExportError(f"--out {given} is inside {child}, which belongs to the run {run}; "
-                        f"inside a run, export to a new directory such as {run / 'export'} "
-                        f"or to an earlier export")
+      where = (f"is the {child.name} directory of the run {run}" if child == out else
+               f"is inside {child}, which belongs to the run {run}")
+      raise ExportError(f"--out {given} {where}; inside a run, export to a new directory such "
+                        f"as {run / 'export'} or to an earlier export")
   if out.exists() and not out.is_dir():
     raise ExportError(f"--out {given} is a file, not a directory; {valid}")
   if out.is_dir() and any(out.iterdir()):
