@@ -346,8 +346,9 @@ class Approach2Result(AllocationParams):
     for kind, text in WARNING_TEXT.items():
       hit = [p for p in used if kind in p.warnings]
       if hit:
-        out.append(f"{text} ({len(hit)} of {len(used)} budgets used: C = "
-                   f"{', '.join(f'{p.C:.3g}' for p in hit)})")
+        out.append(f"{text} (at {_budgets(len(hit))}: C = "
+                   f"{', '.join(f'{p.C:.3g}' for p in hit)}; the fit uses {_budgets(len(used))} "
+                   f"in all)")
     few = [p for p in self.left_out if p.status == "too-few-sizes"]
     for p in self.left_out:
       if p.status != "too-few-sizes" or len(few) <= 3:
@@ -355,6 +356,11 @@ class Approach2Result(AllocationParams):
     if len(few) > 3:
       out.append(f"{len(few)} budgets left out with fewer than 3 model sizes fitted")
     return out
+
+
+def _budgets(n: int) -> str:
+  """'1 budget' / 'n budgets'."""
+  return f"{n} budget{'' if n == 1 else 's'}"
 
 
 def _filled_loss_se(runs: Runs) -> np.ndarray | None:

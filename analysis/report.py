@@ -21,6 +21,9 @@ JSON layout (``fit.json``):
   predicted loss (Approach 3) and the bootstrap interval of N_opt.
 * ``published``: the published laws' exponents and their allocation at the
   data's largest C, for comparison.
+* ``recipe``: what the fitted runs shared (tokenizer, corpus, seq_len, shape family, init,
+  LR/batch rule, schedule, optimizer, N kind; :mod:`analysis.recipe`), and ``units``: what
+  the law's loss is measured in (:class:`chinchax.law_units.LossUnits`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 
 from chinchax import laws
 from analysis import approach2
+from analysis import recipe as recipe_lib
 from analysis import validation as validation_lib
 from analysis.approach1 import APPROACH1_QUADRATIC_SIZES
 from analysis.approach3 import THETA_NAMES
@@ -211,6 +215,8 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
       entry["loss"] = law.optimal_loss(cmax)
     pub[law.name] = entry
   out["published"] = pub
+  out["recipe"] = recipe_lib.table_recipe(runs.source)
+  out["units"] = recipe_lib.table_units(runs.source, out["recipe"]).to_dict()
   out["figures"] = [os.path.basename(p) for p in figures]
   if runs.held_out:
     out["validation"] = validation_lib.validation_block(out, runs.held_out[-1])
@@ -354,6 +360,8 @@ def markdown(data: dict) -> str:
         cells.append(_fmt(row["approach3"]["loss"]))
       lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+  if data.get("recipe"):
+    lines += recipe_lib.markdown_lines(data["recipe"], data.get("units"))
   if data.get("figures"):
     lines += ["## Figures", ""] + [f"- {f}" for f in data["figures"]] + [""]
   return "\n".join(lines)

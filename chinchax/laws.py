@@ -27,6 +27,9 @@ from typing import ClassVar, Union
 
 import numpy as np
 
+from chinchax import law_units
+from chinchax.law_units import LossUnits
+
 
 @dataclasses.dataclass(frozen=True)
 class ParametricLaw:
@@ -42,6 +45,7 @@ class ParametricLaw:
     source: citation of the paper, table or file the numbers come from.
     fit_range_flops: (C_min, C_max) of the data the law was fitted on, FLOPs;
       None when unknown. Predictions far outside it are extrapolations.
+    units: what its loss is measured in (:class:`chinchax.law_units.LossUnits`).
   """
 
   name: str
@@ -52,6 +56,7 @@ class ParametricLaw:
   beta: float
   source: str = ""
   fit_range_flops: tuple[float, float] | None = None
+  units: LossUnits = LossUnits.unknown()
 
   has_loss: ClassVar[bool] = True
 
@@ -129,7 +134,7 @@ class ParametricLaw:
     """JSON-ready dict with the parameters named E, A, B, alpha, beta plus a, b, G."""
     return {"name": self.name, "kind": "parametric", "E": self.E, "A": self.A, "B": self.B,
             "alpha": self.alpha, "beta": self.beta, "a": self.a, "b": self.b, "G": self.G,
-            "source": self.source,
+            "source": self.source, "units": self.units.to_dict(),
             "fit_range_flops": list(self.fit_range_flops) if self.fit_range_flops else None}
 
 
@@ -184,6 +189,7 @@ class PowerLawAllocation:
     a: exponent of N_opt ∝ C^a; D_opt ∝ C^b with b = 1 - a.
     source: citation.
     fit_range_flops: (C_min, C_max) of the data it was fitted on, or None.
+    units: the tokens of the runs it was fitted on (:class:`chinchax.law_units.LossUnits`).
   """
 
   name: str
@@ -191,6 +197,7 @@ class PowerLawAllocation:
   a: float
   source: str = ""
   fit_range_flops: tuple[float, float] | None = None
+  units: LossUnits = LossUnits.unknown()
 
   loss: ClassVar[None] = None
   has_loss: ClassVar[bool] = False
@@ -243,7 +250,7 @@ class PowerLawAllocation:
   def to_dict(self) -> dict:
     """JSON-ready dict (k_N, a, b, k_D)."""
     return {"name": self.name, "kind": "power_law_allocation", "k_N": self.k_N, "a": self.a,
-            "b": self.b, "k_D": self.k_D, "source": self.source,
+            "b": self.b, "k_D": self.k_D, "source": self.source, "units": self.units.to_dict(),
             "fit_range_flops": list(self.fit_range_flops) if self.fit_range_flops else None}
 
 
@@ -297,29 +304,34 @@ PUBLISHED_LAWS: dict[str, Law] = {
     "chinchilla-approach1": PowerLawAllocation(
         name="chinchilla-approach1", k_N=_approach1_k_N(0.50), a=0.50,
         source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 1: a = 0.50 (Table 2); "
-               "k_N calibrated on Table 3's 400M/1B/10B/67B rows"),
+               "k_N calibrated on Table 3's 400M/1B/10B/67B rows",
+        units=law_units.MASSIVETEXT),
     "chinchilla-approach2": PowerLawAllocation(
         name="chinchilla-approach2", k_N=63e9 / _GOPHER_FLOPS ** 0.49, a=0.49,
         source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 2: a = 0.49 (Table 2); "
                "k_N set so N_opt(5.76e23 FLOPs) = 63B, the Gopher-budget projection of Fig. 3",
-        fit_range_flops=_CHINCHILLA_ISOFLOP_BUDGETS),
+        fit_range_flops=_CHINCHILLA_ISOFLOP_BUDGETS,
+        units=law_units.MASSIVETEXT),
     "chinchilla-approach3": ParametricLaw(
         name="chinchilla-approach3", E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28,
         source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3, Sec. 3.3 (rounded); "
                "these rounded constants give N_opt about 20% below the paper's own Approach-3 "
                "allocations (Table A3): use chinchilla-approach3-unrounded to reproduce them",
-        fit_range_flops=_CHINCHILLA_FIG4_FLOPS),
+        fit_range_flops=_CHINCHILLA_FIG4_FLOPS,
+        units=law_units.MASSIVETEXT),
     "chinchilla-approach3-unrounded": ParametricLaw(
         name="chinchilla-approach3-unrounded", E=1.69337368, A=406.401018, B=410.722827,
         alpha=0.33917084, beta=0.2849083,
         source="Hoffmann et al. 2022 (arXiv 2203.15556), Approach 3, unrounded values from "
                "the paper's source files (they reproduce its Table A3 allocations)",
-        fit_range_flops=_CHINCHILLA_FIG4_FLOPS),
+        fit_range_flops=_CHINCHILLA_FIG4_FLOPS,
+        units=law_units.MASSIVETEXT),
     "epoch": ParametricLaw(
         name="epoch", E=1.817, A=482.01, B=2085.43, alpha=0.348, beta=0.366,
         source="Besiroglu et al. 2024 (arXiv 2404.10102), 'Chinchilla Scaling: A replication "
                "attempt', refit of Approach 3 on the Fig. 4 data (5 highest losses dropped)",
-        fit_range_flops=_CHINCHILLA_FIG4_FLOPS),
+        fit_range_flops=_CHINCHILLA_FIG4_FLOPS,
+        units=law_units.MASSIVETEXT),
 }
 
 # Epoch's 95% bootstrap intervals for its refit (Besiroglu et al. 2024, arXiv 2404.10102).
@@ -334,17 +346,30 @@ EPOCH_CI95 = {
 _PARAM_KEYS = ("E", "A", "B", "alpha", "beta")
 
 
-def law_from_dict(d: dict, name: str = "fit", source: str = "") -> Law:
+def law_units_of(d: dict) -> LossUnits:
+  """The loss units of a law dict: its ``units``, else those of its ``recipe`` (a fit file,
+  ``chinchax.recipe``), else unknown (an old fit file: nobody recorded its tokenizer)."""
+  if isinstance(d.get("units"), dict):
+    return LossUnits.from_dict(d["units"])
+  if isinstance(d.get("recipe"), dict):
+    return LossUnits.from_recipe(d["recipe"], d.get("bytes_per_token"))
+  return LossUnits.unknown()
+
+
+def law_from_dict(d: dict, name: str = "fit", source: str = "",
+                  units: LossUnits | None = None) -> Law:
   """Builds a law from a dict.
 
   Accepts ``{E, A, B, alpha, beta}`` (-> ParametricLaw; with an ``aspect_term``
   ``{P, kappa, aspect0}`` -> :class:`AspectLaw`), ``{k_N, a}``
   (-> PowerLawAllocation), or a report written by ``chinchax fit``: its
   top-level E..beta, else its ``approach3`` section, else ``approach2``.
+  The law's units are ``units``, else :func:`law_units_of` ``d``.
 
   Raises:
     ValueError: no recognisable law in ``d``.
   """
+  units = units if units is not None else law_units_of(d)
   if all(k in d for k in _PARAM_KEYS) and d.get("E") is not None:
     fr = d.get("fit_range_flops")
     term = d.get("aspect_term")
@@ -353,21 +378,22 @@ def law_from_dict(d: dict, name: str = "fit", source: str = "") -> Law:
                        B=float(d["B"]), alpha=float(d["alpha"]), beta=float(d["beta"]),
                        source=source or str(d.get("source", "")),
                        fit_range_flops=tuple(fr) if fr else None, P=float(term["P"]),
-                       kappa=float(term["kappa"]), aspect0=float(term.get("aspect0", 64.0)))
+                       kappa=float(term["kappa"]), aspect0=float(term.get("aspect0", 64.0)),
+                       units=units)
     return ParametricLaw(name=str(d.get("name", name)), E=float(d["E"]), A=float(d["A"]),
                          B=float(d["B"]), alpha=float(d["alpha"]), beta=float(d["beta"]),
                          source=source or str(d.get("source", "")),
-                         fit_range_flops=tuple(fr) if fr else None)
+                         fit_range_flops=tuple(fr) if fr else None, units=units)
   if "k_N" in d and "a" in d and d.get("k_N") is not None:
     fr = d.get("fit_range_flops")
     return PowerLawAllocation(name=str(d.get("name", name)), k_N=float(d["k_N"]), a=float(d["a"]),
                               source=source or str(d.get("source", "")),
-                              fit_range_flops=tuple(fr) if fr else None)
+                              fit_range_flops=tuple(fr) if fr else None, units=units)
   for section in ("approach3", "approach2", "approach1"):
     sub = d.get(section)
     if isinstance(sub, dict) and sub.get("status", "ok") == "ok":
       try:
-        return law_from_dict(sub, name=f"{name}-{section}", source=source)
+        return law_from_dict(sub, name=f"{name}-{section}", source=source, units=units)
       except ValueError:
         continue
   raise ValueError(f"no law found in {source or 'dict'}: expected keys {list(_PARAM_KEYS)} "

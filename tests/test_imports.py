@@ -25,7 +25,8 @@ CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.con
         "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
         "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
-        "chinchax.paths", "chinchax.hparams", "chinchax.platforms")
+        "chinchax.paths", "chinchax.hparams", "chinchax.platforms",
+        "chinchax.recipe", "chinchax.law_units")
 # The one function-level import of our modules, and why.
 DEFERRED = {
     ("chinchax/cli/plan.py", "chinchax.planning.measure"):

@@ -22,13 +22,20 @@ from test_plan import run_cli, plan_json, _synthetic_rows, _step_time_file
 # ---------------------------------------------------------------- time budgets
 
 
+# A law in byte tokens (the plan's own), so its losses are the plan's predictions.
+BYTES_LAW = {"E": 0.8, "A": 48.2, "B": 208.5, "alpha": 0.348, "beta": 0.366,
+             "units": {"tokenizer": "bytes", "vocab_size": 257, "corpus": "stdlib"}}
+
+
 def test_hours_budget_converts_time_to_tokens_per_candidate(tmp_path):
   rows = _synthetic_rows()
   path, model = _step_time_file(tmp_path, rows)
+  law_path = tmp_path / "bytes_law.json"
+  law_path.write_text(json.dumps(BYTES_LAW))
   hours = 0.05
   j = plan_json("--hours", hours, "--hardware", "cpu", "--step-time-model", path,
-                "--candidates", 50)
-  law = allocate.resolve_law("epoch")
+                "--candidates", 50, "--law", law_path)
+  law = allocate.resolve_law(str(law_path))
   losses = []
   for c in j["candidates"]:
     s = budget.ModelShape(d_model=c["d_model"], n_layers=c["n_layers"], n_heads=c["n_heads"],

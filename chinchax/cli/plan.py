@@ -22,12 +22,16 @@ import math
 import os
 import sys
 
+from chinchax import config as config_lib
 from chinchax import console
 from chinchax import hardware as hardware_lib
+from chinchax import law_units
 from chinchax import step_time as step_time_lib
 from chinchax.cli import helptext
 from chinchax.planning import config_file
+from chinchax.planning import loss_units
 from chinchax.planning import planner
+from chinchax.planning import recipe as recipe_lib
 from chinchax.planning import render
 from chinchax.planning.errors import PlanError
 
@@ -69,11 +73,17 @@ def _parser() -> argparse.ArgumentParser:
                       "path; an IsoTime fit's JSON also gives the step-time model (its chosen "
                       "predictor) unless --step-time-model is given (default: "
                       f"{planner.DEFAULT_LAW})")
-  p.add_argument("--vocab-size", type=int, default=257,
-                 help="vocabulary size, tokens (default 257: chinchax's byte tokenizer)")
+  p.add_argument("--vocab-size", type=int, default=None,
+                 help="vocabulary size, tokens (default: the --law fit's tokenizer, else 257: "
+                      "chinchax's byte tokenizer)")
   p.add_argument("--seq-len", type=int, default=None,
-                 help=f"tokens per sequence (default {planner.DEFAULT_SEQ_LEN_ACCELERATOR} on "
-                      f"accelerators, {planner.DEFAULT_SEQ_LEN_CPU} on CPU)")
+                 help=f"tokens per sequence (default: the --law fit's, else "
+                      f"{planner.DEFAULT_SEQ_LEN_ACCELERATOR} on accelerators, "
+                      f"{planner.DEFAULT_SEQ_LEN_CPU} on CPU)")
+  p.add_argument("--set", action="append", default=[], metavar="SECTION.KNOB=VALUE",
+                 help="override a knob of the written config, e.g. train.peak_lr=0.003 "
+                      "(repeatable; one that leaves the --law fit's recipe is reported as a "
+                      "departure) (default: none)")
   p.add_argument("--step-time-model", metavar="PATH",
                  help="measured step-time JSON (format: chinchax.step_time module "
                       "docstring) (default: an IsoTime --law fit's predictor, else the analytic "
@@ -110,8 +120,9 @@ def _fraction(value: float, flag: str) -> float:
 
 def run(args: argparse.Namespace) -> planner.Plan:
   """Plans from parsed CLI arguments (raises PlanError, HardwareError, StepTimeError)."""
-  if args.vocab_size is None or args.vocab_size < 2:
+  if args.vocab_size is not None and args.vocab_size < 2:
     raise PlanError(f"--vocab-size must be an integer >= 2, got {args.vocab_size!r}")
+  overrides = [_override(text) for text in args.set]
   if args.seq_len is not None and args.seq_len < 2:
     raise PlanError(f"--seq-len must be an integer >= 2, got {args.seq_len!r}")
   if args.candidates < 1:
@@ -130,6 +141,9 @@ def run(args: argparse.Namespace) -> planner.Plan:
   if (args.hours is not None or args.dollars is not None) and not args.hardware:
     raise PlanError("--hours and --dollars need --hardware (e.g. --hardware v5p-128 or h100x8)")
   law = planner.load_law(args.law)
+  rec, rec_note = recipe_lib.law_recipe(args.law)
+  vocab = args.vocab_size or recipe_lib.vocab_size(rec) or law_units.BYTES_VOCAB_SIZE
+  seq_len = args.seq_len or recipe_lib.seq_len(rec)
   hw = None
   if args.hardware:
     table = hardware_lib.load_accelerators(args.hardware_table)
@@ -147,9 +161,12 @@ def run(args: argparse.Namespace) -> planner.Plan:
     model = _fit_model(_fit_step_time(args.law), args.law, hw, args.hardware, table)
   elif hw is not None:
     model = step_time_lib.RooflineStepTime(hw, mfu=mfu, bandwidth_efficiency=bw)
-  kw = dict(vocab_size=args.vocab_size, seq_len=args.seq_len, k=args.candidates,
-            step_time_model=model)
-  if args.flops is not None:
+  kw = dict(vocab_size=vocab, seq_len=seq_len, k=args.candidates, step_time_model=model)
+  if args.flops is not None and rec is not None:  # the law's recipe (planning.recipe)
+    plan = recipe_lib.plan_flops(args.flops, law, rec, seq_len=args.seq_len,
+                                 vocab=args.vocab_size, hardware=hw, step_time_model=model,
+                                 k=args.candidates)
+  elif args.flops is not None:
     plan = planner.plan_flops(args.flops, law, hardware=hw, **kw)
   else:
     if args.calibrate:
@@ -167,6 +184,34 @@ def run(args: argparse.Namespace) -> planner.Plan:
                                **kw)
     else:
       plan = planner.plan_dollars(args.dollars, hw, law, **kw)
+    if rec is not None:
+      recipe_lib.attach(plan, rec, seq_len=args.seq_len, vocab=args.vocab_size)
+  return _finish(plan, rec, rec_note, vocab, overrides)
+
+
+def _override(text: str) -> tuple[str, str, object]:
+  """One --set SECTION.KNOB=VALUE, checked against the config's knobs (PlanError)."""
+  section, knob, value = recipe_lib.parse_override(text)
+  base = config_lib.base_config()
+  if section not in base or not hasattr(base[section], "keys") or knob not in base[section]:
+    raise PlanError(f"--set {text!r}: {section}.{knob} is not a knob of a training config "
+                    f"(chinchax train --help lists them)")
+  return section, knob, value
+
+
+def _finish(plan: planner.Plan, rec: dict | None, rec_note: str | None, vocab: int,
+            overrides: list) -> planner.Plan:
+  """The plan's loss units judged, --set overrides and recipe departures recorded as warnings."""
+  same_tokens = rec is not None and vocab == recipe_lib.vocab_size(rec)
+  loss_units.judge(plan, law_units.plan_units(plan.law.units if same_tokens else None, vocab))
+  if overrides:
+    written = config_file.planned_config(plan, "unused")
+    recipe_lib.apply_overrides(plan, overrides, {s: dict(written[s]) for s, _, _ in overrides})
+  if rec_note:
+    plan.warnings.append(rec_note)
+  warn = recipe_lib.departure_warning(plan)
+  if warn:
+    plan.warnings.append(warn)
   return plan
 
 

@@ -14,6 +14,7 @@ from chinchax import train as train_lib
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isoclock as isoclock
 import chinchax.ladder.isotime as isotime
+import chinchax.ladder.recipe as recipe
 import chinchax.ladder.tuning as tuning
 from chinchax.ladder.plan import LadderPlan
 
@@ -80,7 +81,8 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
         "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total,
                                   cfg.train.global_batch_size * cfg.train.seq_len),
         "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
-        "mfu": summary["mfu"], "resumed": summary.get("resumed", False)})
+        "mfu": summary["mfu"], "resumed": summary.get("resumed", False),
+        "recipe": recipe.row_recipe(plan, r, cfg, summary)})
     if tp is not None:
       row.update(isotime.row_fields(plan, r, tp, summary, cfg))
     if summary.get("trials"):  # ladder.lr_trials / seeds: every trial kept, the point their best

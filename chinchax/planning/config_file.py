@@ -59,6 +59,11 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
     sections["mesh"] = dict(plan.layout["mesh"])
     if "microbatches" in plan.layout:
       sections["train"]["microbatches"] = plan.layout["microbatches"]
+  recipe = plan.recipe or {}
+  for name, values in (recipe.get("settings") or {}).items():  # the law's recipe (planning.recipe)
+    sections.setdefault(name, {}).update(values)
+  for name, knob, value in recipe.get("overrides") or ():  # plan --set, last
+    sections.setdefault(name, {})[knob] = value
   return sections, cpu_devices, cpu_note
 
 
@@ -80,8 +85,13 @@ def _literal(value) -> str:
 
 def _update_call(name: str, values: dict) -> str:
   opening = f"  c.{name}.update("
+  layout = _LAYOUT.get(name, ())
   groups = [", ".join(f"{k}={_literal(values[k])}" for k in group if k in values)
-            for group in _LAYOUT[name]]
+            for group in layout]
+  laid = {k for group in layout for k in group}
+  rest = [k for k in values if k not in laid]  # e.g. a law recipe's knobs, three a line
+  groups += [", ".join(f"{k}={_literal(values[k])}" for k in rest[i:i + 3])
+             for i in range(0, len(rest), 3)]
   groups = [g for g in groups if g]
   return opening + (",\n" + " " * len(opening)).join(groups) + ")"
 

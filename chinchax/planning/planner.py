@@ -98,6 +98,11 @@ class Plan:
     fit: with hardware, how the run fits its devices (``chinchax.planning.layout``):
       microbatches M of the global batch, remat, loss chunks, mesh and the memory per
       device, which ``--write-config`` writes; None without hardware.
+    recipe: a law with a recipe (``chinchax.planning.recipe``): {"law": the fit's recipe,
+      "settings": {section: {knob: value}} it puts in the written config, "departures":
+      lines saying where the plan leaves it}; None for a law without one.
+    loss_units: what the loss figures are in and whether the law's loss transfers to the
+      plan's tokenizer (``chinchax.planning.loss_units``); None until judged.
   """
 
   mode: str
@@ -120,6 +125,8 @@ class Plan:
   aot: dict | None = None
   layout: dict | None = None
   fit: Any = None
+  recipe: dict | None = None
+  loss_units: dict | None = None
 
   @property
   def N(self) -> int:
@@ -182,6 +189,7 @@ class Plan:
         "dollar_curve": self.dollar_curve, "warnings": list(self.warnings),
         "startup_s": self.startup_s, "calibration": self.calibration,
         "calibration_factor": self.calibration_factor,
+        "recipe": self.recipe, "loss_units": self.loss_units,
     }
     return out
 
@@ -215,7 +223,9 @@ def load_law(law) -> Any:
   try:
     return allocate_lib.resolve_law(law)
   except (ValueError, KeyError, TypeError, OSError) as e:
-    raise PlanError(f"cannot use law {law!r}: {e}") from None
+    why = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    # resolve_law's own message names the law already ("unknown law 'x': ... valid names: ...")
+    raise PlanError(why if repr(str(law)) in why else f"cannot use law {law!r}: {why}") from None
 
 
 def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,

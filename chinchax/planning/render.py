@@ -5,8 +5,21 @@ from __future__ import annotations
 import math
 
 from chinchax import budget
+from chinchax.planning import loss_units
+from chinchax.planning import recipe as recipe_lib
 from chinchax.planning import layout as layout_lib
 from chinchax.planning.planner import Plan
+
+
+def duration(seconds: float) -> str:
+  """A wall time in the unit that reads best: "45.2 s", "12.5 min", "3.2 h", "4.5 days"."""
+  if seconds < 120:
+    return f"{seconds:.3g} s"
+  if seconds < 2 * 3600:
+    return f"{seconds / 60:.3g} min"
+  if seconds < 2 * 86400:
+    return f"{seconds / 3600:.3g} h"
+  return f"{seconds / 86400:.3g} days"
 
 
 def _fmt_int(x: float) -> str:
@@ -37,7 +50,7 @@ def format_plan(plan: Plan) -> str:
             f"= {plan.budget['hours']:.4g} hours")
   lines.append(f"chinchax plan — {head}")
   lines.append(f"  law            {plan.law.name}  ({getattr(plan.law, 'source', '')})")
-  loss = f", frontier loss {a.loss:.4f} nats/token" if a.loss is not None else ""
+  loss = loss_units.frontier_text(plan)
   lines.append(f"  optimum        C {a.C:.4g} FLOPs → N* {a.N:.4g} params, D* {a.D:.4g} tokens "
                f"({a.tokens_per_param:.1f} tokens/param){loss}")
   lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads} "
@@ -50,12 +63,15 @@ def format_plan(plan: Plan) -> str:
                f"{_fmt_int(b.tokens_per_step)} tokens/step, {_fmt_int(b.steps)} steps, "
                f"D {_fmt_int(plan.D)} tokens ({plan.D / plan.N:.1f} tokens/param)")
   lines.append(f"                 peak_lr {b.peak_lr:.3g}, warmup {_fmt_int(b.warmup_steps)} steps,"
-               f" cosine decay to 10% over the run")
+               f" {_schedule(plan)}")
+  lines += _recipe_lines(plan)
   mfu = budget.matmul_flops_per_token(s) * plan.D
   appf = budget.chinchilla_flops_per_token(s) * plan.D
   lines.append(f"  FLOPs          6ND {plan.C:.4g} | matmul (MFU) {mfu:.4g} | "
                f"Chinchilla App. F {appf:.4g}")
-  if plan.predicted_loss is not None:
+  if plan.loss_units is not None:
+    lines += loss_units.lines(plan)
+  elif plan.predicted_loss is not None:
     lines.append(f"  predicted loss {plan.predicted_loss:.4f} nats/token")
   if plan.step_time_s is not None:
     lines.append(f"  step time      {plan.step_time_s:.4g} s ({plan.step_time_model})")
@@ -65,7 +81,7 @@ def format_plan(plan: Plan) -> str:
     cost = f", ${plan.dollars:,.2f}" if plan.dollars is not None else ""
     start = (f" = start-up {plan.startup_s:.3g} s + {_fmt_int(plan.batch.steps)} steps"
              if plan.startup_s else "")
-    lines.append(f"  wall time      {plan.seconds / 3600:.4g} hours{start}{cost}")
+    lines.append(f"  wall time      {duration(plan.seconds)}{start}{cost}")
     if plan.dollars:
       lines.append(f"  tokens/dollar  {plan.D / plan.dollars:.4g}")
   if plan.calibration:
@@ -81,7 +97,7 @@ def format_plan(plan: Plan) -> str:
   if plan.dollar_curve:
     lines.append("  loss per dollar")
     for p in plan.dollar_curve:
-      loss = "-" if p["predicted_loss"] is None else f"{p['predicted_loss']:.4f}"
+      loss = _row_loss(p)
       lines.append(f"    ${p['dollars']:>12,.2f}  N {p['N']:.3g}  D {p['D']:.3g}  loss {loss}  "
                    f"tokens/$ {p['tokens_per_dollar']:.3g}")
   lines.append("  candidates")
@@ -92,13 +108,56 @@ def format_plan(plan: Plan) -> str:
     row = (f"    {c['d_model']:>7} {c['n_layers']:>8} {c['n_heads']:>7} {c['d_ff']:>6} "
            f"{c['N']:>12,} {c['N'] / plan.allocation.N - 1:>+7.3f} {c['aspect_ratio']:>6.0f}")
     if timed:
-      loss = "-" if c["predicted_loss"] is None else f"{c['predicted_loss']:.4f}"
+      loss = _row_loss(c)
       mark = "*" if c.get("step_time_source") == "measured" else " "
       row += f" {c['D']:>8.3g} {c['step_time_s']:>7.3g}{mark} {loss:>7}"
     lines.append(row)
   for w in plan.warnings:
     lines.append(f"  warning        {w}")
   return "\n".join(lines)
+
+
+def _row_loss(row: dict) -> str:
+  """A candidate's or dollar point's loss: its own, or the law's marked † (law's units)."""
+  if row.get("predicted_loss") is not None:
+    return f"{row['predicted_loss']:.4f}"
+  if row.get("law_loss") is not None:
+    return f"{row['law_loss']:.4f}†"
+  return "-"
+
+
+def _schedule(plan: Plan) -> str:
+  """The schedule the written config trains: the law recipe's, else chinchax's cosine."""
+  train = ((plan.recipe or {}).get("settings") or {}).get("train", {})
+  kind = train.get("schedule", "cosine")
+  floor = train.get("min_lr_ratio", 0.1)
+  if kind == "wsd":
+    return (f"wsd: {train.get('decay_shape', '1-sqrt')} decay over the last "
+            f"{train.get('decay_fraction', 0.2):.0%} to {floor:.0%}")
+  return f"cosine decay to {floor:.0%} over the run"
+
+
+def _recipe_lines(plan: Plan) -> list[str]:
+  """The law's recipe as the plan applies it, and every departure from it."""
+  rec = plan.recipe
+  if not rec or rec.get("law") is None:
+    return []
+  settings = rec.get("settings") or {}
+  model, train, data = (settings.get(k, {}) for k in ("model", "train", "data"))
+  fam = (rec["law"].get("shape_family") or {})
+  fam_name = fam.get("name", "?") if isinstance(fam, dict) and "disagree" not in fam else "?"
+  hp = rec["law"].get("hparams") or {}
+  rule = hp.get("rule", "?") if isinstance(hp, dict) and "disagree" not in hp else "?"
+  tuned = (hp.get("tuned") or {}).get("median_lr_mult") if isinstance(hp, dict) else None
+  out = [f"  recipe         the law's: shape family {fam_name!r}, hparams rule {rule!r}"
+         + (f" × tuned {tuned:g}" if tuned else "")
+         + f", init {model.get('init', '?')!r}, b2 {train.get('b2', '?')}, weight_decay "
+           f"{train.get('weight_decay', '?')}, data {data.get('source', '?')}/"
+           f"{data.get('tokenizer', '?')}"]
+  warn = recipe_lib.departure_warning(plan)
+  if warn:
+    out.append(f"  departures     {warn}")
+  return out
 
 
 def finite(x):
