@@ -60,9 +60,10 @@ def test_an_interrupted_bpe_run_exports_its_own_tokenizer(interrupted_bpe_run, t
     info = json.loads((out / "export_info.json").read_text())["tokenizer"]
     assert info["sha256"] == sha and info["eos_id"] == 0
     assert info["found_at"] == str(store / "tokenizer.json" if name == "a" else saved)
-    if name == "a":
-      shutil.rmtree(store)  # second pass: only the BPE saved under <store_root>/tokenizers/
+    if name == "a":  # second pass: the store's copy damaged, the BPE saved for the corpus
+      (store / "tokenizer.json").write_text('{"version": "1.0", "trunc')
   saved.unlink()
+  shutil.rmtree(store)
   assert cli.main(["export", str(run), "--out", str(tmp_path / "c")]) == 2
   err = capsys.readouterr().err
   assert err.startswith("error: the run's bpe tokenizer (sha256 " + sha[:16]) and err.count("\n") == 1

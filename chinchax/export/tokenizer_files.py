@@ -167,7 +167,10 @@ def find(workdir: pathlib.Path, run: dict, tokenizer_path: str = "") -> ExportTo
   tried = _candidates(workdir, run)
   for path in tried:
     if path.is_file():
-      tok = tokenizers_lib.HFTokenizer.from_file(str(path), _eos_token(data))
+      try:
+        tok = tokenizers_lib.HFTokenizer.from_file(str(path), _eos_token(data))
+      except tokenizers_lib.TokenizerError:  # damaged, or no EOS: not the run's; try the next
+        continue
       if want is None or tok.digest == want:
         return _hf(tok, str(path))
   where = ", ".join(str(p) for p in tried) or "no store recorded in its config.json"
