@@ -65,3 +65,28 @@ def test_tiny_run_shows_progress_without_eval_nan(capsys, tmp_path, monkeypatch)
   assert "nan" not in out and "\r" not in out, out
   assert any("loss=" in l and "eval=" not in l for l in bars), bars  # before the first eval
   assert "eval=" in bars[-1]
+
+
+def test_plan_write_config_never_replaces_a_file_unasked(capsys, tmp_path):
+  target = tmp_path / "planned.py"
+  target.write_text("# mine\n")
+  assert cli.main(["plan", "--flops", "1e13", "--write-config", str(target)]) == 2
+  out, err = capsys.readouterr()
+  err = [l for l in err.splitlines() if l.strip()]
+  assert out == "" and len(err) == 1 and "exists; pass --overwrite" in err[0], err
+  assert target.read_text() == "# mine\n"
+  assert cli.main(["plan", "--flops", "1e13", "--write-config", str(target), "--overwrite"]) == 0
+  assert "def get_config" in target.read_text()
+
+
+@pytest.mark.parametrize("seconds, shown", [(36.0, "36 s"), (754.0, "12.6 min"),
+                                            (3 * 3600.0, "3 h"), (48 * 3600.0, "2 days")])
+def test_plan_wall_time_in_the_unit_that_reads_best(seconds, shown):
+  from chinchax.planning import render
+  assert render.duration(seconds) == shown
+
+
+def test_plan_prints_a_short_wall_time_in_seconds(capsys):
+  assert cli.main(["plan", "--hours", "0.01", "--hardware", "cpu"]) == 0
+  (line,) = [l for l in capsys.readouterr().out.splitlines() if "wall time" in l]
+  assert line.split()[-2:] == ["36", "s"] and "hours" not in line, line

@@ -247,8 +247,10 @@ def _law_file(tmp_path, payload):
     (["--hours", "5", "--hardware", "tpu9000"], "unknown hardware 'tpu9000'.*known accelerators"),
     (["--hours", "5"], "need --hardware"),
     (["--dollars", "100", "--hardware", "cpu"], "no price"),
-    (["--flops", "1e20", "--law", "no-such-law"], "unknown law 'no-such-law'.*valid names"),
-    (["--flops", "1e20", "--law", "/nonexistent/fit.json"], "cannot use law"),
+    (["--flops", "1e20", "--law", "no-such-law"],  # one clause, naming the law once
+     "^error: unknown law 'no-such-law': .*valid names: chinchilla-approach1"),
+    (["--flops", "1e20", "--law", "/nonexistent/fit.json"],
+     "^error: unknown law '/nonexistent/fit.json': not a published law nor an existing file"),
 ])
 def test_bad_input_one_clear_error(tmp_path, argv, match):
   target = tmp_path / "planned.py"

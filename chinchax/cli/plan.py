@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
                       "to the fastest layout (remat, mesh, scan_layers) that does (default: off)")
   p.add_argument("--write-config", metavar="PATH",
                  help="write the plan as an ml_collections config file (default: none written)")
+  p.add_argument("--overwrite", action="store_true",
+                 help="let --write-config replace an existing file (default: refuse)")
   p.add_argument("--workdir", help="workdir of the written config (default: runs/plan-N…-D…)")
   p.add_argument("--json", action="store_true", help="print JSON instead of the table")
   return p
@@ -276,10 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_join_negative_numbers([str(a) for a in argv]))
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
+  if args.write_config:  # a file the user has is never replaced unasked; said before planning
+    config_file.check_config_path(args.write_config, overwrite=args.overwrite)
   plan = run(args)
   if args.aot:
     if args.write_config:  # a path that cannot be written is said before minutes of compiling
-      config_file.check_config_path(args.write_config)
+      config_file.check_config_path(args.write_config, overwrite=args.overwrite)
     # Only --aot compiles (JAX, libtpu): a plan without it starts in well under a second.
     from chinchax.aot import plancheck
     plancheck.check_plan(plan, workdir=args.workdir, progress=lambda i, n, row: console.say(
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         f"M={row['microbatches']}: "
         f"{'fits' if row['fits'] else 'does not fit'}", stream=sys.stderr))
   if args.write_config:
-    config_file.write_config(plan, args.write_config, args.workdir,
+    config_file.write_config(plan, args.write_config, args.workdir, overwrite=args.overwrite,
                              n_devices=plan.hardware.n_devices if plan.hardware else 1)
   if args.json:
     for w in plan.warnings:

@@ -124,11 +124,13 @@ def get_config(variant=None):
 '''
 
 
-def check_config_path(path: str | os.PathLike) -> pathlib.Path:
-  """The ``--write-config`` path, checked: an existing, writable directory and a ``.py`` name.
+def check_config_path(path: str | os.PathLike, overwrite: bool = False) -> pathlib.Path:
+  """The ``--write-config`` path, checked: an existing, writable directory, a ``.py`` name, and
+  no file there already unless ``overwrite``.
 
   Raises:
-    PlanError: the directory does not exist or is not writable, or the name is not ``.py``.
+    PlanError: the directory does not exist or is not writable, the name is not ``.py``, or a
+      file exists at ``path`` and ``overwrite`` is False.
   """
   path = pathlib.Path(path)
   if not path.parent.exists() or not path.parent.is_dir():
@@ -137,11 +139,14 @@ def check_config_path(path: str | os.PathLike) -> pathlib.Path:
   paths_lib.check_writable_dir(path.parent, "--write-config directory")
   if path.suffix != ".py":
     raise PlanError(f"config path {str(path)!r} must end in .py (an ml_collections config file)")
+  if path.exists() and not overwrite:
+    raise PlanError(f"--write-config {str(path)!r} exists; pass --overwrite to replace it, or "
+                    f"choose another path")
   return path
 
 
 def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None,
-                 n_devices: int | None = None) -> pathlib.Path:
+                 n_devices: int | None = None, overwrite: bool = False) -> pathlib.Path:
   """Validates the planned config and writes its file; nothing is written on error.
 
   Args:
@@ -149,13 +154,14 @@ def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None
     path: the ``.py`` file to write (its directory must exist).
     workdir: the run's workdir (default :func:`default_workdir`).
     n_devices: devices the config is validated for (default 1).
+    overwrite: replace a file already at ``path`` (default: refuse).
   Returns:
     The path written.
   Raises:
     PlanError: the directory does not exist, the path does not end in .py, or
       the config fails ``chinchax.config.validate``.
   """
-  path = check_config_path(path)
+  path = check_config_path(path, overwrite)
   workdir = workdir or default_workdir(plan)
   try:
     config_lib.validate(planned_config(plan, workdir), n_devices=n_devices or 1)
