@@ -62,13 +62,14 @@ class Preempted(Exception):
   """The run stopped at a step boundary on a preemption request, after checkpointing.
 
   Attributes:
-    step: the step of the checkpoint just written (relaunching resumes there).
-    workdir: the run's directory.
+    step: the step of the checkpoint just written (relaunching resumes there), or None when
+      the stop came between runs (a ladder worker) and nothing was trained.
+    workdir: the run's directory, or None.
   """
 
-  def __init__(self, step: int, workdir: str):
-    super().__init__(f"preempted: checkpoint saved at step {step} in {workdir}; relaunch the "
-                     f"same command to resume")
+  def __init__(self, step: int | None, workdir: str | None):
+    where = f": checkpoint saved at step {step} in {workdir}" if step is not None else ""
+    super().__init__(f"preempted{where}; relaunch the same command to resume")
     self.step, self.workdir = step, workdir
 
 
@@ -313,6 +314,16 @@ def install_sigterm_handler() -> bool:
   _sigterm_received.clear()
   signal.signal(signal.SIGTERM, on_sigterm)
   return True
+
+
+def stop_requested() -> bool:
+  """True when SIGTERM (or Ctrl-C, :mod:`chinchax.interrupts`) asked this process to stop.
+
+  Always False under ``jax.distributed``: there the processes stop together at a step
+  boundary (:func:`reached_preemption`), never one alone between runs.
+  """
+  import jax
+  return not jax.distributed.is_initialized() and _sigterm_received.is_set()
 
 
 def reached_preemption(step: int) -> bool:

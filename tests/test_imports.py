@@ -25,7 +25,7 @@ CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.con
         "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
         "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
-        "chinchax.paths", "chinchax.hparams", "chinchax.platforms",
+        "chinchax.paths", "chinchax.hparams", "chinchax.platforms", "chinchax.interrupts",
         "chinchax.recipe", "chinchax.law_units")
 # The one function-level import of our modules, and why.
 DEFERRED = {

@@ -28,6 +28,7 @@ import sys
 
 from chinchax import console
 from chinchax import errors
+from chinchax import interrupts
 from chinchax.cli import flags
 from chinchax.cli import helptext
 
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
   0 done (or ``--help``), 2 a user error (one ``error:`` line on stderr),
   75 preempted after a checkpoint, 130 interrupted by Ctrl-C.
   """
+  command = argv is None  # the `chinchax` command itself, not a call from Python
   argv = list(sys.argv[1:] if argv is None else argv)
   finished = False
   try:
@@ -101,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in helptext.HELP_FLAGS for a in rest):
       status = _verb_help(verb, rest)
     else:  # importing chinchax chose JAX's platforms: no libtpu on a host without TPUs
+      interrupts.install()  # Ctrl-C in a run: stop at the next step boundary (chinchax.interrupts)
       status = importlib.import_module(f"chinchax.cli.{verb}").main(rest)
+      if status == interrupts.INTERRUPTED_EXIT_CODE and command:
+        interrupts.exit_now(status)  # no teardown under XLA's or orbax's threads
     finished = True
     sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
     return status
@@ -109,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return errors.USER_ERROR_EXIT_CODE
   except KeyboardInterrupt:
-    print("\ninterrupted; rerun the same command to resume from the last checkpoint",
-          file=sys.stderr)
-    return 130
+    print(f"\n{interrupts.message()}", file=sys.stderr)
+    if command:
+      interrupts.exit_now(interrupts.INTERRUPTED_EXIT_CODE)  # see chinchax.interrupts
+    return interrupts.INTERRUPTED_EXIT_CODE
   except BrokenPipeError:  # the reader left, e.g. `chinchax plan ... | head`
     console.discard(sys.stdout)
     # Done, only the output was cut: 0. Stopped part-way: 141 (128 + SIGPIPE), as a shell says.

@@ -13,13 +13,15 @@ import jax
 
 from chinchax import config as config_lib
 from chinchax import distributed as distributed_lib
+from chinchax import interrupts
 from chinchax import runtime
 from chinchax import train as train_lib
 from chinchax.cli import flags as flags_lib
 
 
 def main(argv: list[str]) -> int:
-  """Runs (or resumes) the run; 0 when done, 75 when preempted after its checkpoint.
+  """Runs (or resumes) the run; 0 when done, 75 when preempted (SIGTERM) and 130 when
+  interrupted (Ctrl-C) after its checkpoint.
 
   Raises:
     UserError: bad flags, config, data, checkpoint or multi-process start-up.
@@ -34,8 +36,9 @@ def main(argv: list[str]) -> int:
   distributed_lib.install_sigterm_handler()
   try:
     train_lib.train(config)
-  except distributed_lib.Preempted as e:
+  except distributed_lib.Preempted as e:  # SIGTERM, or Ctrl-C (Interrupted): after a checkpoint
     if jax.process_index() == 0:
       print(str(e), file=sys.stderr)
-    return distributed_lib.PREEMPTED_EXIT_CODE
+    return (interrupts.INTERRUPTED_EXIT_CODE if isinstance(e, interrupts.Interrupted)
+            else distributed_lib.PREEMPTED_EXIT_CODE)
   return 0

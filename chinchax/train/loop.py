@@ -25,6 +25,7 @@ from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
 from chinchax import errors
+from chinchax import interrupts
 from chinchax import paths as paths_lib
 from chinchax import sharding as sharding_lib
 from chinchax.data import pipeline as pipeline_lib
@@ -49,6 +50,7 @@ class Diverged(errors.UserError):
   """
 
 
+@interrupts.deferring  # orbax reads and XLA compiles: Ctrl-C waits for the next step boundary
 def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainProgram,
                      init_src: checkpoint_lib.InitSource | None, workdir: pathlib.Path):
   """(state, resumed, init): the latest checkpoint of this run onto the mesh; else the
@@ -67,6 +69,7 @@ def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainP
   return program.init_state(), False, None
 
 
+@interrupts.deferring  # Ctrl-C stops at the next step boundary, after a checkpoint
 def _run_steps(config, program, data: RunData, state, start_step: int,
                ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate):
   """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
@@ -76,8 +79,9 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
   evaluated and checkpointed, and the run stops there (``summary["stopped_by_time"]``).
 
   Raises:
-    Preempted: a preemption request reached a step boundary; the checkpoint of
-      that step is saved and every writer closed first.
+    Preempted: a preemption request (SIGTERM; :class:`~chinchax.interrupts.Interrupted`
+      after Ctrl-C) reached a step boundary; the checkpoint of that step is saved and every
+      writer closed first.
   """
   t, spec = config.train, program.spec
   eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
@@ -115,7 +119,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       if ckpt.latest_step() != done:
         _save(config, log, ckpt, done, state, force=True)
       _shut_down(ckpt, log)  # the command line reports it once, from the exception
-      raise distributed_lib.Preempted(done, str(ckpt.directory.parent))
+      raise interrupts.stop_error(done, str(ckpt.directory.parent))
   _shut_down(ckpt, log)
   return state
 
