@@ -397,9 +397,17 @@ def _support(parabolas: list[BudgetParabola], min_budgets: int) -> str | None:
   few = [p for p in bad if p.status == "too-few-sizes"]
   if len(few) > 3:
     bad = [p for p in bad if p.status != "too-few-sizes"]
-  left = "; ".join(f"C={p.C:.3g}: {p.reason}" for p in bad)
+  groups: dict[str, list[float]] = {}  # budgets left out for the same reason share one clause
+  for p in bad:
+    groups.setdefault(p.reason, []).append(p.C)
+  clauses = [f"C={', '.join(f'{c:.3g}' for c in cs)}: {reason}" for reason, cs in groups.items()]
+  if len(clauses) > 3:
+    clauses = clauses[:3] + [f"{sum(len(cs) for cs in list(groups.values())[3:])} more budgets"]
+  left = "; ".join(clauses)
   if len(few) > 3:
     left += f"{'; ' if left else ''}{len(few)} budgets with fewer than 3 sizes"
+  if any(p.status == "too-few-sizes" and p.n_sizes >= 3 for p in parabolas):
+    left += "; a wider --window (2 or more) keeps 3+ sizes"
   return (f"Approach 2 needs at least {min_budgets} budgets whose loss minimum lies inside the "
           f"sampled N; only {len(usable)} qualify ({left})")
 

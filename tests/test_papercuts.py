@@ -90,3 +90,18 @@ def test_plan_prints_a_short_wall_time_in_seconds(capsys):
   assert cli.main(["plan", "--hours", "0.01", "--hardware", "cpu"]) == 0
   (line,) = [l for l in capsys.readouterr().out.splitlines() if "wall time" in l]
   assert line.split()[-2:] == ["36", "s"] and "hours" not in line, line
+
+
+def test_fit_with_a_window_too_narrow_says_so_in_one_short_clause(capsys, tmp_path):
+  """Each budget's lowest loss at its largest size: --window 1 leaves 2 sizes per parabola."""
+  table = tmp_path / "final.csv"
+  rows = ["N,C,loss"] + [f"{n:.6g},{c:.6g},{3.0 - 0.1 * i - 0.01 * j:.4f}"
+                         for j, c in enumerate((1e18, 1e19, 1e20))
+                         for i, n in enumerate((1e7, 2e7, 4e7, 8e7, 1.6e8))]
+  table.write_text("\n".join(rows) + "\n")
+  rc = cli.main(["fit", str(table), "--approach", "2", "--window", "1", "--bootstrap", "0",
+                 "--out", str(tmp_path / "fit")])
+  err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("error:")]
+  assert rc == 2 and len(err) == 1, err
+  assert err[0].count("C=") == 1 and "1e+18, 1e+19, 1e+20" in err[0], err[0]
+  assert "a wider --window" in err[0] and len(err[0]) < 300, (len(err[0]), err[0])
