@@ -100,6 +100,17 @@ class BootstrapResult:
   resampling: str = "runs"
   residual_sd: float | None = None
   residual_dof: int | None = None
+  bounds_dropped: tuple[int, int] = (0, 0)
+
+  @property
+  def bounds_rule(self) -> dict:
+    """The bounds rule on a and what it removed: replicates whose fitted a lies outside
+    (0, 1) (N_opt or D_opt would shrink as C grows) are dropped; ``truncated`` says the
+    interval of a is then cut at that bound by as many replicates as it removed."""
+    below, above = self.bounds_dropped
+    return {"rule": "replicates whose fitted a is not within (0, 1) are dropped",
+            "dropped_below_0": below, "dropped_above_1": above,
+            "truncated": bool(below or above)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +138,25 @@ def check_method(method: str) -> None:
     raise FitOptionError(f"unknown bootstrap method {method!r}; valid: {', '.join(METHODS)}")
 
 
-def residual_pool(runs: Runs) -> ResidualPool:
+def _window_members(runs: Runs, members: np.ndarray, window: int | None) -> np.ndarray:
+  """``members`` of one budget whose size lies within ``window`` places (in the budget's
+  sorted distinct sizes) of its lowest observed loss; all of them when ``window`` is None.
+  The same sizes Approach 2's windowed parabola is fitted on (``analysis.approach2``)."""
+  if window is None:
+    return members
+  sizes = np.unique(runs.N[members])
+  i_best = int(np.searchsorted(sizes, runs.N[members][np.argmin(runs.loss[members])]))
+  keep = sizes[max(0, i_best - window): i_best + window + 1]
+  return members[np.isin(runs.N[members], keep)]
+
+
+def _window_text(window: int | None) -> str:
+  if window is None:
+    return ""
+  return f", each on the sizes within {window} places of its lowest loss as the windowed fit"
+
+
+def residual_pool(runs: Runs, window: int | None = None) -> ResidualPool:
   """The pooled residuals in ln L of per-budget quadratics in ln N.
 
   Each budget with at least :data:`MIN_SIZES_FOR_RESIDUALS` distinct sizes is
@@ -139,17 +168,23 @@ def residual_pool(runs: Runs) -> ResidualPool:
   budgets is centred (ibid.). Runs of weight 0 are left out (the fits ignore them);
   weights otherwise do not enter.
 
+  With ``window`` K, each budget's quadratic is fitted on the sizes within K
+  places of its lowest observed loss, the sizes the windowed fit uses: over a
+  wide grid (±16–32× around the optimum) a profile is not a parabola, and a
+  quadratic over all sizes would pool its misfit instead of the runs' noise.
+
   Args:
     runs: the table, R runs.
+    window: the fit's ``--window`` K (None: every size of each budget).
 
   Returns:
-    A :class:`ResidualPool`; with no budget of 4 or more sizes, an empty pool
-    with dof 0.
+    A :class:`ResidualPool`; with no budget of 4 or more sizes (in its window),
+    an empty pool with dof 0.
   """
   pieces, rss, dof, used = [], 0.0, 0, []
   keep = np.ones(len(runs), bool) if runs.weight is None else runs.weight > 0
   for C in runs.budgets():
-    members = np.flatnonzero((runs.budget == C) & keep)
+    members = _window_members(runs, np.flatnonzero((runs.budget == C) & keep), window)
     n = members.size
     if np.unique(runs.N[members]).size < MIN_SIZES_FOR_RESIDUALS:
       continue
@@ -281,7 +316,9 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   options = options or FitOptions()
   pool = fallback = None
   if method == "residuals":
-    pool = residual_pool(runs)   # the whole table's noise, before Approach 2 drops budgets
+    # The whole table's noise, before Approach 2 drops budgets; with a window, from the
+    # windowed quadratics the fit uses.
+    pool = residual_pool(runs) if options.window is None else residual_pool(runs, options.window)
     if pool.dof < MIN_RESIDUAL_DOF:
       fallback = (f"residual resampling needs >= {MIN_RESIDUAL_DOF} residual degrees of freedom "
                   f"(budgets with >= {MIN_SIZES_FOR_RESIDUALS} sizes, n - {QUADRATIC_PARAMS} "
@@ -299,6 +336,7 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   Ns, Ds = [], []
   n_failed = 0
   failures: dict[str, int] = {}
+  bounds = [0, 0]  # replicates dropped by the bounds rule: a <= 0, a >= 1
   left_out: dict[float, int] = {}
   used_in_full = {p.C for p in full.used} if approach == "2" else set()
   for _ in range(n_resamples):
@@ -318,6 +356,9 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
       law = res.law
     except FitError as e:
       n_failed += 1
+      hit = re.search(r"fitted exponent a = (\S+) ", str(e))
+      if hit:
+        bounds[float(hit.group(1)) >= 1.0] += 1
       # The message without its details and numbers, so that like failures count together.
       why = re.sub(r"-?\d+\.\d+(e[+-]?\d+)?|-?\d+e[+-]?\d+", "…", str(e).split(" (")[0])
       failures[why] = failures.get(why, 0) + 1
@@ -347,7 +388,7 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
     line = (f"{n_resamples} replicates resampling residuals (seed {seed}): each run's loss and "
             f"eval curve times exp(e), e drawn with replacement from {pool.residuals.size} "
             f"pooled, centred residuals in ln L of quadratics in ln N over "
-            f"{pool.budgets.size} budgets (inflated by sqrt(n/(n-{QUADRATIC_PARAMS}))); pooled "
+            f"{pool.budgets.size} budgets{_window_text(options.window)} (inflated by sqrt(n/(n-{QUADRATIC_PARAMS}))); pooled "
             f"residual s.d. {pool.sd:.3g} in ln L, {pool.dof} dof; N, D and budgets fixed")
   elif approach == "3":
     line = f"{n_resamples} resamples of all runs with replacement (seed {seed})"
@@ -365,4 +406,5 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
                          failures=failures, budgets_left_out=left_out,
                          resampling="residuals" if pool is not None else "runs",
                          residual_sd=None if pool is None else pool.sd,
-                         residual_dof=None if pool is None else pool.dof)
+                         residual_dof=None if pool is None else pool.dof,
+                         bounds_dropped=(bounds[0], bounds[1]))

@@ -115,6 +115,16 @@ def _bootstrap_warnings(boot: BootstrapResult | None, res=None) -> list[str]:
   if outside:
     out.append(f"the point estimate {outside}: the interval does not describe this fit; "
                f"more resamples (--bootstrap) or a denser table would")
+  below, above = getattr(boot, "bounds_dropped", (0, 0))
+  if below or above:
+    lo, hi = boot.ci.get("a", (float("nan"), float("nan")))
+    side = (f"{above} above 1, so its upper end {hi:.4f} is cut short" if above and not below
+            else f"{below} at or below 0, so its lower end {lo:.4f} is cut short" if below
+            and not above else f"{below} at or below 0 and {above} at or above 1: both ends "
+            f"are cut short")
+    out.append(f"the interval of a is truncated by the bounds rule: {below + above} of "
+               f"{boot.n_resamples} replicates fitted a outside (0, 1) (N_opt or D_opt would "
+               f"shrink as C grows) and were dropped, {side}")
   if boot.n_failed:
     why = "; ".join(f"{n}x {msg}" for msg, n in sorted(boot.failures.items(),
                                                       key=lambda kv: -kv[1])[:3])

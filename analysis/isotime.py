@@ -33,6 +33,7 @@ from chinchax import paths as paths_lib
 from chinchax import step_time as step_time_lib
 from analysis import isotime_report as report
 from analysis import aspect_law
+from analysis import recipe as recipe_lib
 from analysis import steptime_cv
 from analysis.approach3 import fit_approach3, parse_grid, start_grid
 from analysis.errors import FitError, FitOptionError, ResultsError
@@ -359,7 +360,8 @@ def fit_isotime(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
           "runs": [report.run_summary(r) for r in rows],
           "predictors": predictors, "chosen_predictor": chosen, "step_time": section,
           "loss_prediction": {"predictor": chosen, **losses}, "wider_vs_deeper": wvd,
-          "figures": []}
+          "recipe": recipe_lib.table_recipe(path), "figures": []}
+  data["units"] = recipe_lib.table_units(path, data["recipe"]).to_dict()
   report.write_outputs(data, out, figures=figures)
   p = predictors[chosen]
   say(f"step time: {chosen} predictor chosen, held-out MAPE {100 * p['heldout_mape']:.1f}% "

@@ -75,7 +75,7 @@ def _boot_dict(boot: BootstrapResult | None) -> dict:
                     "resampling": boot.resampling, "residual_sd": _f(boot.residual_sd),
                     "residual_dof": boot.residual_dof,
                     "wall_time_s": round(boot.wall_time_s, 3),
-                    "failures": dict(boot.failures),
+                    "failures": dict(boot.failures), "bounds_rule": boot.bounds_rule,
                     "budgets_left_out": [{"C": _f(C), "n_resamples": n}
                                          for C, n in sorted(boot.budgets_left_out.items())]},
   }
@@ -245,6 +245,18 @@ def _noise_line(inp: dict) -> str:
           f"{approach2.NOISE_T:g} standard errors of 0 propagated from these SEs.")
 
 
+def _bounds_text(boot: dict) -> str:
+  """fit.md's sentence on the bounds rule on a and the replicates it removed."""
+  b = boot.get("bounds_rule")
+  if not b:
+    return ""
+  n = b["dropped_below_0"] + b["dropped_above_1"]
+  cut = (f" ({b['dropped_below_0']} at or below 0, {b['dropped_above_1']} at or above 1): the "
+         f"interval of a is truncated there" if n else "")
+  return (f" Bounds rule: {b['rule']} (N_opt or D_opt would shrink as C grows); it removed "
+          f"{n}{cut}.")
+
+
 def _ci_text(d: dict, key: str) -> str:
   ci = (d.get("ci") or {}).get(key)
   if not ci or ci[0] is None:
@@ -305,7 +317,7 @@ def markdown(data: dict) -> str:
                    "grid of starts might find a better one.")
     if d3.get("bootstrap"):
       lines.append(f"Bootstrap: {d3['bootstrap']['method']} ({d3['bootstrap']['wall_time_s']:.1f} s"
-                   f", {d3['bootstrap']['n_failed']} failed).")
+                   f", {d3['bootstrap']['n_failed']} failed).{_bounds_text(d3['bootstrap'])}")
     lines.append("")
   for key in ("1", "2"):
     d = data.get(f"approach{key}")
@@ -317,7 +329,7 @@ def markdown(data: dict) -> str:
                    f"{_ci_text(d, 'b')}.")
       if d.get("bootstrap"):
         lines.append(f"Bootstrap: {d['bootstrap']['method']} ({d['bootstrap']['wall_time_s']:.1f}"
-                     f" s, {d['bootstrap']['n_failed']} failed).")
+                     f" s, {d['bootstrap']['n_failed']} failed).{_bounds_text(d['bootstrap'])}")
       if key == "1":
         how = ("the minimum of a quadratic in ln N through the winning size and up to "
                f"{APPROACH1_QUADRATIC_SIZES} sizes either side" if d.get("envelope") == "quadratic"

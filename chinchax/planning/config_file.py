@@ -101,6 +101,11 @@ def config_source(plan: Plan, workdir: str) -> str:
   sections, cpu_devices, cpu_note = _settings(plan)
   budget_desc = ", ".join(f"{k}={v:.6g}" for k, v in plan.budget.items())
   loss = "n/a" if plan.predicted_loss is None else f"{plan.predicted_loss:.4f} nats/token"
+  if plan.loss_units:  # what the loss is in, or why there is none (chinchax.planning.loss_units)
+    loss += f"\n({plan.loss_units['note']})"
+  deps = (plan.recipe or {}).get("departures")
+  if deps:
+    loss += f"\nDeparts from the law's recipe: {'; '.join(deps)}; its prediction no longer holds"
   updates = "\n".join(_update_call(name, values) for name, values in sections.items())
   return f'''"""Planned run: {plan.mode} budget ({budget_desc}), law {plan.law.name}.
 

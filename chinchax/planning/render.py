@@ -112,6 +112,10 @@ def format_plan(plan: Plan) -> str:
       mark = "*" if c.get("step_time_source") == "measured" else " "
       row += f" {c['D']:>8.3g} {c['step_time_s']:>7.3g}{mark} {loss:>7}"
     lines.append(row)
+  if any(r.get("law_loss") is not None and r.get("predicted_loss") is None
+         for r in list(plan.candidates or []) + list(plan.dollar_curve or [])):
+    lines.append("  †              the law's loss in its own units: it does not transfer to this "
+                 "plan's tokens")
   for w in plan.warnings:
     lines.append(f"  warning        {w}")
   return "\n".join(lines)
