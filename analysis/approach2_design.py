@@ -20,7 +20,7 @@ counted, when its parabola has no minimum (p2 <= 0) or its vertex lies more
 than 100x outside its sizes.
 
 Measured on synthetic ladders from a known law (``benchmarks/coverage.py
---fixed-design``; README "Are the intervals honest?"), the fixed design keeps
+--fixed-design``; docs/fitting.md, "Are the intervals honest?"), the fixed design keeps
 nearly every budget in every replicate but gives wider intervals than
 repeating the choices: 1.43x the spread of the full fit's a over ladders
 where optima sit near the grids' ends, against 1.20x: the replicates then keep

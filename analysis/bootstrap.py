@@ -274,7 +274,7 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   ``fixed_design`` each replicate instead refits the parabolas on the full
   fit's sizes of those budgets without choosing again
   (:func:`analysis.approach2_design.refit_on_design`). On synthetic ladders
-  (``benchmarks/coverage.py``, README "Are the intervals honest?") repeating
+  (``benchmarks/coverage.py``, docs/fitting.md, "Are the intervals honest?") repeating
   the choices gives 95% intervals covering the true a in 94% of 280 ladders
   (7 settings), 0.87-1.24 times as wide as a's spread over ladders, while the
   fixed design widens them further (1.43x on 12-budget ladders whose optima

@@ -2,7 +2,7 @@
 # K trials per compiled program on one GPU: the default ladder's smallest, middle and largest
 # shapes (d_model 8…68, batches of 11–36 sequences of 64 bytes), K = 1, 2, 4, 8, 16 trials stepped
 # by vmap or by a loop in one program, against K separate single steps timed in the same script
-# (benchmarks/trials_throughput.py; float32). On a CPU neither gains (README, "Tuned ladders");
+# (benchmarks/trials_throughput.py; float32). On a CPU neither gains (docs/tuning.md);
 # on a GPU these small kernels are launch-bound, which is where vmap should pay.
 # Runs from the repository root with the repo on PYTHONPATH; writes $OUT/trials_gpu.{md,json}
 # (default ./out). About 2-4 minutes; a hard stop at 400 s.

@@ -188,7 +188,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.lr_trial_factor = 2.0         # ratio of neighbouring LR trials' peak LRs (K = 3: ×0.5, ×1, ×2)
   l.lr_trial_center = 1.0         # the middle trial's multiplier of the rule's LR (2: K = 3 tries ×1, ×2, ×4)
   l.seeds = 1                     # S > 1: every LR trial with S init seeds (seed, seed+1, …) on one batch stream; the point is their mean, seed_sd its noise
-  l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: README)
+  l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: docs/ladder.md)
   l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
   l.cooldown_fraction = 0.2       # wsd: each run decays over its last fraction of steps, in (0, 0.9] (Hägele et al. 2024, Sec. 3: 10-20% match cosine)
   l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
@@ -208,7 +208,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   t.workdir = "unused"            # each run gets <workdir>/runs/<run_id>
   t.mesh.num_cpu_devices = 1      # ladder models are tiny: one CPU device, no collectives to wait on
   # 0.02 (GPT-2's std, ≈ SmallInit at d_model 768) is 5-10× too small for d_model 8…68: runs sat on
-  # a loss plateau for a seed-dependent time (README, "The miniature ladder").
+  # a loss plateau for a seed-dependent time (docs/ladder.md).
   t.model.init = "small"
   # 16 curve evals over each run's last decade of FLOPs, 0.15 apart in ln FLOPs: Approach 1's lower
   # envelope reads the curves there (evals at step 1, 2, 5… are never on it).
@@ -245,7 +245,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
                     t_max=40.0, depths="1,2,4", time_control="decay")
     c.train_config.train.eval_points = 0  # the fit reads final losses only: no curve evals
     # One reader thread beside the step on a worker's one core: with two, the same run's step
-    # time varied 25-37 ms over 8 repeats on this 2-core host, with one 23-28 ms (README).
+    # time varied 25-37 ms over 8 repeats on this 2-core host, with one 23-28 ms (docs/time-budgets.md).
     c.train_config.data.read_threads = 1
     return c
   if name == "tiny":

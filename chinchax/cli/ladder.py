@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
   machine_cores = _pin_to_first_core(lc)
   # With local workers this process trains only the validation run, after them: on CPU it takes
   # one device per worker's core (data parallel), which is 1.3x faster than one device on the
-  # same cores (benchmarks/ladder_acceptance.sh; README, "The miniature ladder").
+  # same cores (benchmarks/ladder_acceptance.sh; docs/ladder.md).
   runtime.setup_cpu_devices(max(n_cpu, lc.workers) if local_workers and n_cpu else n_cpu)
   runtime.setup_compilation_cache(config.train_config.compile_cache_dir)
   # The grid as a worker plans it (batches rounded to its own devices).

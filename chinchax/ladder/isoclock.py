@@ -3,7 +3,7 @@
 A step count fixed before a run starts can only be as good as the step time it
 is planned from, and on a shared host a shape's step time moves between calls
 of the same program (on this project's 2-core VM, 50-step windows of one run
-spread ±10%; eight repeats of one run 23-28 ms a step: README). A seconds
+spread ±10%; eight repeats of one run 23-28 ms a step: docs/time-budgets.md). A seconds
 budget is then missed by that much. The warmup-stable-decay schedule (Hägele et
 al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training
 Durations", Sec. 3) does not need the horizon until its decay begins, so here:

@@ -12,7 +12,7 @@ other axes sharded as a single run's), and one jitted program updates all K
 ``auto`` takes loop on CPU and vmap on accelerators: on the ladder's CPU shapes
 (d_model 8…68, one core) neither beats K separate steps, loop is as fast as vmap
 or faster and bitwise equal to the single runs (``benchmarks/trials_throughput.py``,
-README "Tuned ladders"); vmap is for backends where the small kernels' launch
+docs/tuning.md); vmap is for backends where the small kernels' launch
 cost, not their arithmetic, sets the step time.
 
 A trial whose loss, grad norm or updated parameters turn NaN/Inf stops alone: from that step on
