@@ -1,6 +1,6 @@
 """The analytic memory model against XLA: configs of ~125M-8B compiled for TPU slices and GPU hosts.
 
-  python benchmarks/aot_memory.py [OUT.json] [--quick]
+  python benchmarks/aot_memory.py [OUT.json] [--quick | --microbatches]
 
 For each row (a model shape, a batch, a target, a mesh, a remat policy) it
 compiles ``chinchax train``'s step ahead of time (``chinchax.aot``) and prints
@@ -16,7 +16,11 @@ wire bytes beside what the sharding table predicts (:func:`predicted_collectives
 No accelerator is needed; TPU rows need libtpu, GPU rows the CUDA plugin
 (``PYTHONPATH`` may point at a ``pip install --target`` of it). Rows whose
 compiler is missing are skipped and said so. ``--quick`` keeps the three
-smallest rows.
+smallest rows. ``--microbatches`` compiles :data:`MICROBATCH_ROWS` instead:
+per-device peak against ``train.microbatches`` M (the 125M config of
+``configs/train.py`` on v5e-16 without remat, a 1B shape on h100x8 and
+v5p-32) and the chunked loss (``train.loss_chunk_size``) at a 128,256-token
+vocabulary.
 """
 
 from __future__ import annotations
@@ -54,12 +58,29 @@ ROWS = [
 ]
 
 
-def config_for(shape: str, data: int, fsdp: int, tensor: int, remat: str, gbs: int, seq: int):
-  d, L, H, F, V = SHAPES[shape]
-  c = config_lib.get_variant("default")
-  c.model.update(d_model=d, n_layers=L, n_heads=H, d_ff=F, vocab_size=V, remat=remat,
-                 scan_layers=True, tie_embeddings=False)
-  c.train.update(global_batch_size=gbs, seq_len=seq)
+# (shape, target, data, fsdp, tensor, remat, global_batch_size, seq_len, M, loss chunk, vocab)
+# "125m-config" is configs/train.py:125m as shipped (byte vocabulary, tied embeddings).
+MICROBATCH_ROWS = (
+    [("125m-config", "v5e-16", 16, 1, 1, "none", 256, 1024, m, 0, None) for m in (1, 2, 4, 8)]
+    + [("1b", "h100x8", 1, 8, 1, "full", 128, 2048, m, 0, None) for m in (1, 2, 4, 8)]
+    + [("1b", "v5p-32", 1, 16, 1, "full", 128, 2048, m, 0, None) for m in (1, 2, 4, 8)]
+    + [("1b", "v5p-32", 1, 16, 1, "full", 128, 2048, 1, c, 128256) for c in (0, 512)]
+    + [("1b", "h100x8", 1, 8, 1, "full", 128, 2048, 1, c, 128256) for c in (0, 512)])
+
+
+def config_for(shape: str, data: int, fsdp: int, tensor: int, remat: str, gbs: int, seq: int,
+               microbatches: int = 1, loss_chunk: int = 0, vocab: int | None = None):
+  if shape == "125m-config":
+    c = config_lib.get_variant("125m")
+    c.model.remat = remat
+  else:
+    d, L, H, F, V = SHAPES[shape]
+    c = config_lib.get_variant("default")
+    c.model.update(d_model=d, n_layers=L, n_heads=H, d_ff=F, vocab_size=vocab or V,
+                   remat=remat, scan_layers=True, tie_embeddings=False)
+  c.train.update(global_batch_size=gbs, seq_len=seq, microbatches=microbatches)
+  del c.train["loss_chunk_size"]  # the default "auto" is a string; the rows give positions
+  c.train.loss_chunk_size = loss_chunk
   c.mesh.update(data=data, fsdp=fsdp, tensor=tensor)
   c.budget.update(mode="steps", steps=1000)
   return c
@@ -102,9 +123,12 @@ def main(argv: list[str]) -> int:
   quick = "--quick" in argv
   args = [a for a in argv if not a.startswith("--")]
   rows = ROWS[:3] if quick else ROWS
+  if "--microbatches" in argv:
+    rows = MICROBATCH_ROWS
   results = []
   devices = {}
-  for shape, spec, data, fsdp, tensor, remat, gbs, seq in rows:
+  for shape, spec, data, fsdp, tensor, remat, gbs, seq, *more in rows:
+    m, chunk, vocab = more or (1, 0, None)
     target = topology.parse_target(spec)
     try:
       topology.check_available(target)
@@ -113,7 +137,7 @@ def main(argv: list[str]) -> int:
       continue
     if spec not in devices:
       devices[spec] = topology.compile_devices(target)
-    c = config_for(shape, data, fsdp, tensor, remat, gbs, seq)
+    c = config_for(shape, data, fsdp, tensor, remat, gbs, seq, m, chunk, vocab)
     t0 = time.perf_counter()
     run = program_lib.compile_run(c, target, eval_step=False, devices=devices[spec])
     rep = report_lib.summarize(run)
@@ -123,21 +147,23 @@ def main(argv: list[str]) -> int:
     col = t.get("collectives") or {}
     pred = predicted_collectives(rep)
     row = {"shape": shape, "target": spec, "mesh": f"{data}x{fsdp}x{tensor}", "remat": remat,
-           "global_batch_size": gbs, "seq_len": seq, "N": rep["run"]["N"], "fits": rep["fits"],
+           "global_batch_size": gbs, "seq_len": seq, "microbatches": m, "loss_chunk": chunk,
+           "run": rep["run"], "N": rep["run"]["N"], "fits": rep["fits"],
            "xla_total": xla, "analytic_total": ana,
            "analytic_over_xla": ana / xla if xla else None,
            "xla_argument": t["memory"].get("argument"), "analytic_state":
                rep["analytic"]["memory"]["state"], "xla_temp": t["memory"].get("temp"),
            "xla_over_analytic_flops_per_layer": rep.get("xla_over_analytic_flops"),
            "collectives": {k: (measured_collectives(col)[k], pred[k]) for k in pred},
-           "compile_s": time.perf_counter() - t0, "notes": rep["notes"],
+           "compile_s": time.perf_counter() - t0, "notes": rep["notes"], "oom": t.get("oom"),
            "xla_memory": t["memory"], "analytic_memory": rep["analytic"]["memory"]}
     results.append(row)
     if args:  # after every row: a long run keeps what it measured
       with open(args[0], "w") as f:
         json.dump(results, f, indent=2, default=float)
     fl = row["xla_over_analytic_flops_per_layer"]
-    print(f"{shape:>5} {spec:>8} {row['mesh']:>7} {remat:>5} batch {gbs}x{seq}: XLA "
+    print(f"{shape:>5} {spec:>8} {row['mesh']:>7} {remat:>5} batch {gbs}x{seq} M {m} chunk "
+          f"{chunk} vocab {rep['run']['vocab_size']}: XLA "
           f"{(xla or 0) / 1e9:7.2f} GB ({'fits' if rep['fits'] else 'OOM'}), analytic "
           f"{ana / 1e9:7.2f} GB, ratio {row['analytic_over_xla'] or float('nan'):.3f}; args "
           f"{(row['xla_argument'] or 0) / 1e9:.3f} vs state {row['analytic_state'] / 1e9:.3f} GB;"

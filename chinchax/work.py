@@ -28,11 +28,15 @@ class ExecutionProfile:
     materialized_attention: the seq_len × seq_len attention probabilities are
       written to and read back from memory (chinchax's ``xla`` attention).
     causal_skip: the attention kernel skips the masked half (cuDNN flash).
+    logits_bytes: bytes per logit (position × vocab entry) the loss phase holds: 4 where
+      XLA writes the float32 logits' gradient over the logits (TPU), 8 where both live
+      (GPU) — calibrated on the AOT memory table's 1B rows (docs/compile-tpu.md).
   """
 
   activation_bytes: int = 2
   materialized_attention: bool = True
   causal_skip: bool = False
+  logits_bytes: int = 4
 
   @staticmethod
   def for_kind(kind: str) -> "ExecutionProfile":
@@ -40,7 +44,7 @@ class ExecutionProfile:
     if kind == "cpu":
       return ExecutionProfile(4, True, False)
     if kind == "gpu":
-      return ExecutionProfile(2, False, True)
+      return ExecutionProfile(2, False, True, logits_bytes=8)
     return ExecutionProfile(2, True, False)
 
   @staticmethod
@@ -218,7 +222,9 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   / tensor float32 probabilities. The backward keeps (``model.remat``): ``none``
   every layer's forward tensors; ``dots`` each layer's input and matmul outputs
   (d_model + (4·n_heads·head_dim + 2·d_ff) / tensor); ``full`` each layer's input.
-  With tensor > 1 each layer's input is held twice (as the previous layer's
+  Without remat, materialised attention keeps a second float32 [n_heads, T, T] per
+  layer (the masked scores beside the probabilities: calibrated on
+  ``configs/train.py:125m`` on v5e-16 at M = 1, 2, 4, 8). With tensor > 1 each layer's input is held twice (as the previous layer's
   all-reduced output and as the next one's saved input): one more d_model per
   layer and token, calibrated on the tensor-parallel rows of
   ``benchmarks/aot_memory.py``. The loss phase (float32 logits, 4 bytes per
@@ -260,8 +266,8 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   hk = shape.n_heads * shape.head_dim
   probs = 4 * shape.n_heads * shape.seq_len / tensor if profile.materialized_attention else 0
   layer = a * (4 * shape.d_model + (4 * hk + 3 * shape.d_ff) / tensor) + probs
-  if remat == "none":
-    saved, backward = layer, layer
+  if remat == "none":  # materialised attention keeps its float32 scores beside the probabilities
+    saved, backward = layer + probs, layer
   elif remat == "dots":
     saved, backward = a * (shape.d_model + (4 * hk + 2 * shape.d_ff) / tensor), 2 * layer
   else:

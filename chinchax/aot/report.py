@@ -35,14 +35,16 @@ MIN_HEADROOM = 0.05
 
 
 def _profile(run: CompiledRun) -> work.ExecutionProfile:
-  return profile_of(run.spec.model)
+  return profile_of(run.spec.model, run.target.platform)
 
 
-def profile_of(m) -> work.ExecutionProfile:
-  """The execution profile of a resolved model config (compute dtype, attention kernel)."""
+def profile_of(m, platform: str = "tpu") -> work.ExecutionProfile:
+  """The execution profile of a resolved model config (compute dtype, attention kernel) on a
+  target platform ("tpu" or "gpu": how many bytes per logit the loss phase holds)."""
   return work.ExecutionProfile(activation_bytes=4 if m.compute_dtype == "float32" else 2,
                                materialized_attention=m.attention == "xla",
-                               causal_skip=m.attention in ("cudnn", "splash"))
+                               causal_skip=m.attention in ("cudnn", "splash"),
+                               logits_bytes=8 if platform == "gpu" else 4)
 
 
 def analytic(run: CompiledRun) -> dict:

@@ -29,6 +29,7 @@ from chinchax import recipe as recipe_lib
 from chinchax import step_time as step_time_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
+from chinchax.planning import layout as layout_lib
 from chinchax.planning import planner
 from chinchax.planning import reach
 from chinchax.planning import shapes as shapes_lib
@@ -193,6 +194,7 @@ def plan_flops(C: float, law, rec: dict, *, seq_len: int | None = None,
     model = step_time_model or step_time_lib.RooflineStepTime(hardware)
     plan.step_time_model = step_time_lib.describe_model(model)
     plan.step_time_s = float(model.predict(chosen.shape, batch.global_batch_size))
+    layout_lib.fit_plan(plan, hardware, model)  # microbatches, remat: the memory per device
   plan.recipe = {"law": rec, "settings": config_settings(rec, b2), "departures": departures}
   return plan
 
