@@ -182,13 +182,16 @@ def check_microbatches(global_batch_size: int, microbatches: int, dp: int) -> No
 
 
 def parse_loss_chunk_size(value) -> int | str:
-  """``train.loss_chunk_size``: "auto" or an integer >= 0 (0 = unchunked).
+  """``train.loss_chunk_size``: "auto" or an integer >= 0 (0 = unchunked), also as the
+  digits of a string (the knob's type is str: ``--config.train.loss_chunk_size=256``).
 
   Raises:
     ConfigError: anything else.
   """
   if value == "auto":
     return value
+  if isinstance(value, str) and value.strip().isdigit():
+    return int(value)
   if isinstance(value, bool) or not isinstance(value, int) or value < 0:
     raise ConfigError(f"train.loss_chunk_size={value!r} must be 'auto' or an integer >= 0 "
                       f"(0 = the whole sequence at once)")

@@ -227,6 +227,12 @@ class Transformer(nnx.Module):
       self.head_DV = _param(rngs, (D, V), cfg.init_std, ("embed", "vocab"))
 
   def __call__(self, tokens_BT: jax.Array) -> jax.Array:
+    """int32 [B, T] tokens → float32 logits [B, T, V] (:meth:`hidden` then :meth:`logits`)."""
+    return self.logits(self.hidden(tokens_BT))
+
+  def hidden(self, tokens_BT: jax.Array) -> jax.Array:
+    """int32 [B, T] tokens → the final-normed residual stream [B, T, D] in ``compute_dtype``,
+    the input of the output head (:meth:`logits`; the chunked loss, ``chinchax.train.loss``)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.compute_dtype)
     T = tokens_BT.shape[1]
@@ -251,14 +257,26 @@ class Transformer(nnx.Module):
     else:
       for block in self.blocks:
         x_BTD = block_fn(block, x_BTD)
-    x_BTD = self.final_norm(x_BTD)
-    if cfg.tie_embeddings:
-      head_DV = self.embed_VD[...].T
-    else:
-      head_DV = self.head_DV[...]
-    logits_BTV = jnp.einsum("btd,dv->btv", sharding.constrain(x_BTD, _BTD), head_DV.astype(dt),
-                            preferred_element_type=jnp.float32)
-    return sharding.constrain(logits_BTV, ("batch", "seq", "vocab"))
+    return self.final_norm(x_BTD)
+
+  def output_head(self) -> jax.Array:
+    """The output projection [D, V] in ``compute_dtype``: the embedding transposed when tied,
+    else ``head_DV``."""
+    head_DV = self.embed_VD[...].T if self.cfg.tie_embeddings else self.head_DV[...]
+    return head_DV.astype(jnp.dtype(self.cfg.compute_dtype))
+
+  def logits(self, x_BTD: jax.Array) -> jax.Array:
+    """The final-normed stream [B, T, D] (any T: a chunk of the sequence too) → float32
+    logits [B, T, V]."""
+    return project(x_BTD, self.output_head())
+
+
+def project(x_BTD: jax.Array, head_DV: jax.Array) -> jax.Array:
+  """Output projection: [B, T, D] · [D, V] → float32 logits [B, T, V], batch over data×fsdp
+  and vocab over tensor (the sharding rules of ``chinchax.sharding``)."""
+  logits_BTV = jnp.einsum("btd,dv->btv", sharding.constrain(x_BTD, _BTD), head_DV,
+                          preferred_element_type=jnp.float32)
+  return sharding.constrain(logits_BTV, ("batch", "seq", "vocab"))
 
 
 # Every parameter's role, by its leaf name: the weight-decay mask (chinchax.train.optim) reads

@@ -11,6 +11,7 @@ from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import model as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
+import chinchax.train.loss as loss_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,10 @@ class RunSpec:
     mesh: resolved {"data", "fsdp", "tensor"} sizes.
     decay_start_step: for ``train.schedule="wsd"``, the step where the final decay
       begins (see :func:`wsd_decay_start`; ``>= steps - 1`` means no decay); 0 for cosine.
+    microbatches: M, the microbatches each step's global batch is split into
+      (``train.microbatches``; gradients accumulated inside the one step).
+    loss_chunk_size: sequence positions per chunk of the logits and loss, resolved from
+      ``train.loss_chunk_size`` for the backend (``train.loss.resolve_chunk_size``); 0 = unchunked.
   """
 
   model: model_lib.ModelConfig
@@ -46,6 +51,8 @@ class RunSpec:
   warmup_steps: int
   mesh: dict
   decay_start_step: int = 0
+  microbatches: int = 1
+  loss_chunk_size: int = 0
 
   @property
   def tokens_per_step(self) -> int:
@@ -131,7 +138,9 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
                  counts=counts, n_kind=b.n_kind, n_params=n, target_tokens=target, steps=steps,
                  tokens=steps * per_step, flops_6nd=budget.flops_6nd(n, steps * per_step),
                  warmup_steps=warmup, mesh=config_lib.resolve_mesh_shape(config.mesh, n_devices),
-                 decay_start_step=decay_start)
+                 decay_start_step=decay_start, microbatches=int(t.microbatches),
+                 loss_chunk_size=loss_lib.resolve_chunk_size(t.loss_chunk_size, backend,
+                                                             t.seq_len, vocab))
 
 
 def describe(spec: RunSpec, config, n_devices: int) -> str:
@@ -152,6 +161,10 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
       f"{spec.tokens_per_param:.2f}",
       f"mesh    {spec.mesh} on {n_devices} {jax.default_backend()} device(s), "
       f"{jax.process_count()} process(es)",
+      f"batch   global_batch_size={spec.global_batch_size} = {spec.microbatches} microbatch(es) "
+      f"x {spec.global_batch_size // spec.microbatches} rows (train.microbatches); loss "
+      + (f"in chunks of {spec.loss_chunk_size} positions" if spec.loss_chunk_size
+         else "unchunked") + " (train.loss_chunk_size)",
   ] + ([f"warmup  train.warmup_steps={config.train.warmup_steps} capped at 10% of the run's "
         f"{spec.steps:,} steps: {spec.warmup_steps} warmup step(s)"]
        if spec.warmup_steps < config.train.warmup_steps else []))

@@ -25,36 +25,101 @@ from chinchax import config as config_lib
 from chinchax import model as model_lib
 from chinchax import sharding as sharding_lib
 import chinchax.train.compiler as compiler
+import chinchax.train.loss as loss_lib
 import chinchax.train.optim as optim
 import chinchax.train.spec as spec_lib
+from chinchax.train.loss import loss_terms
 from chinchax.train.spec import RunSpec
 
 
-def loss_terms(logits_BTV: jax.Array, targets_BT: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Mean cross-entropy (nats/token) and mean (log Z)² over [B, T], in float32."""
-  logits_BTV = logits_BTV.astype(jnp.float32)
-  log_z_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
-  target_logit_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
-  return jnp.mean(log_z_BT - target_logit_BT), jnp.mean(log_z_BT ** 2)
+def split_microbatches(batch_BT1: jax.Array, microbatches: int) -> jax.Array:
+  """[B, T+1] → [M, B/M, T+1]: microbatch m holds rows m, M+m, 2M+m, … of the batch.
+
+  Rows are taken with a stride of M so that every device's block of B/(data×fsdp)
+  rows splits into M blocks it already holds: each microbatch keeps the batch's
+  sharding over data×fsdp (no collective moves a token). ``config.check_microbatches``
+  guarantees B/M rows divide over data×fsdp.
+  """
+  B = batch_BT1.shape[0]
+  rows_B1MT = sharding_lib.constrain(batch_BT1.reshape(B // microbatches, microbatches, -1),
+                                     ("batch", None, "seq"))
+  return sharding_lib.constrain(jnp.swapaxes(rows_B1MT, 0, 1), (None, "batch", "seq"))
 
 
-def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
-  """The pure train step: (state, batch int32 [B, T+1]) → (state, metrics).
+def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chunk_size: int = 0,
+                       grad_shardings=None) -> Callable:
+  """(params, batch int32 [B, T+1]) → (float32 gradients of the step's loss, mean
+  cross-entropy, mean (log Z)²), the means over all B·T tokens (nats/token; nats²).
 
   The loss is the mean cross-entropy plus ``z_loss``·mean (log Z)² (PaLM,
-  Chowdhery et al. 2022, Sec. 5); ``metrics["loss"]`` is the cross-entropy alone and,
-  when ``z_loss`` > 0, ``metrics["z_loss"]`` the term added to it.
+  Chowdhery et al. 2022, Sec. 5). With ``microbatches`` M > 1 the batch is split by
+  :func:`split_microbatches` and a ``lax.scan`` runs forward and backward on one
+  microbatch [B/M, T+1] at a time; each one's loss is its token sums divided by the
+  step's total tokens B·T, so the float32 gradients summed over the microbatches are the
+  gradient of the step's mean over all its tokens (a microbatch weighs by its tokens).
+  ``loss_chunk_size`` C > 0 computes the logits and loss C positions at a time
+  (``loss.chunked_row_sums``). With M = 1 and C = 0 it is ``value_and_grad`` of the plain
+  mean loss (no scan). ``grad_shardings`` (the params' shardings) pins the layout of the
+  gradient accumulator.
   """
 
-  def train_step(state, batch_BT1):
+  def merge(params):
+    return nnx.merge(graphdef, params)
+
+  def loss_fn(params, batch_BT1):  # M = 1: the step's means over [B, T]
     inputs_BT, targets_BT = batch_BT1[:, :-1], batch_BT1[:, 1:]
+    if loss_chunk_size:
+      ce_B, z2_B = loss_lib.model_row_sums(merge(params), inputs_BT, targets_BT, loss_chunk_size)
+      ce, z2 = jnp.sum(ce_B) / targets_BT.size, jnp.sum(z2_B) / targets_BT.size
+    else:
+      ce, z2 = loss_terms(merge(params)(inputs_BT), targets_BT)
+    return ce + z_loss * z2, (ce, z2)
 
-    def loss_fn(params):
-      logits_BTV = nnx.merge(graphdef, params)(inputs_BT)
-      ce, z2 = loss_terms(logits_BTV, targets_BT)
-      return ce + z_loss * z2, (ce, z2)
+  def micro_loss_fn(params, mb_BT1, n_tokens):  # a microbatch's sums over the step's tokens
+    mb_BT1 = sharding_lib.constrain(mb_BT1, ("batch", "seq"))
+    ce_B, z2_B = loss_lib.model_row_sums(merge(params), mb_BT1[:, :-1], mb_BT1[:, 1:],
+                                         loss_chunk_size)
+    ce, z2 = jnp.sum(ce_B) / n_tokens, jnp.sum(z2_B) / n_tokens
+    return ce + z_loss * z2, (ce, z2)
 
-    (_, (ce, z2)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+  def loss_and_grad(params, batch_BT1):
+    if microbatches == 1:
+      (_, (ce, z2)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch_BT1)
+      return grads, ce, z2
+    n_tokens = jnp.float32(batch_BT1.shape[0] * (batch_BT1.shape[1] - 1))
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    if grad_shardings is not None:
+      zeros = jax.tree.map(jax.lax.with_sharding_constraint, zeros, grad_shardings)
+
+    def one(carry, mb_BT1):
+      grads, ce, z2 = carry
+      (_, (ce_m, z2_m)), g = jax.value_and_grad(micro_loss_fn, has_aux=True)(params, mb_BT1,
+                                                                             n_tokens)
+      grads = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g)
+      return (grads, ce + ce_m, z2 + z2_m), None
+
+    init = (zeros, jnp.float32(0), jnp.float32(0))
+    (grads, ce, z2), _ = jax.lax.scan(one, init, split_microbatches(batch_BT1, microbatches))
+    return grads, ce, z2
+
+  return loss_and_grad
+
+
+def make_train_step(graphdef, tx, schedule, z_loss: float, microbatches: int = 1,
+                    loss_chunk_size: int = 0, grad_shardings=None) -> Callable:
+  """The pure train step: (state, batch int32 [B, T+1]) → (state, metrics).
+
+  The gradient of the step's mean loss over all its tokens (:func:`make_loss_and_grad`:
+  ``microbatches`` M accumulated in float32, logits in chunks of ``loss_chunk_size``
+  positions), then one optimizer update. ``metrics["loss"]`` is the step's mean
+  cross-entropy per token, ``metrics["grad_norm"]`` the norm of the (summed) gradient and,
+  when ``z_loss`` > 0, ``metrics["z_loss"]`` the term added to the loss.
+  """
+  loss_and_grad = make_loss_and_grad(graphdef, z_loss, microbatches, loss_chunk_size,
+                                     grad_shardings)
+
+  def train_step(state, batch_BT1):
+    grads, ce, z2 = loss_and_grad(state["params"], batch_BT1)
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     metrics = {"loss": ce, "grad_norm": optax.tree.norm(grads), "lr": schedule(state["step"])}
@@ -65,22 +130,32 @@ def make_train_step(graphdef, tx, schedule, z_loss: float) -> Callable:
   return train_step
 
 
-def make_eval_step(graphdef) -> Callable:
-  """The pure eval step: (params, batch int32 [B, T+1]) → mean cross-entropy (nats/token)."""
+def make_eval_step(graphdef, loss_chunk_size: int = 0) -> Callable:
+  """The pure eval step: (params, batch int32 [B, T+1]) → mean cross-entropy (nats/token);
+  with ``loss_chunk_size`` > 0 the logits are computed that many positions at a time."""
 
   def eval_step(params, batch_BT1):
-    logits_BTV = nnx.merge(graphdef, params)(batch_BT1[:, :-1])
-    return loss_terms(logits_BTV, batch_BT1[:, 1:])[0]
+    model = nnx.merge(graphdef, params)
+    if loss_chunk_size:
+      ce_B, _ = loss_lib.model_row_sums(model, batch_BT1[:, :-1], batch_BT1[:, 1:],
+                                        loss_chunk_size)
+      return jnp.sum(ce_B) / (ce_B.shape[0] * (batch_BT1.shape[1] - 1))
+    return loss_terms(model(batch_BT1[:, :-1]), batch_BT1[:, 1:])[0]
 
   return eval_step
 
 
-def make_eval_rows_step(graphdef) -> Callable:
+def make_eval_rows_step(graphdef, loss_chunk_size: int = 0) -> Callable:
   """The pure per-row eval: (params, batch int32 [B, T+1]) → float32 [B] mean cross-entropy
   (nats/token) of each row, the same terms as :func:`loss_terms` averaged over T only."""
 
   def eval_rows_step(params, batch_BT1):
-    logits_BTV = nnx.merge(graphdef, params)(batch_BT1[:, :-1]).astype(jnp.float32)
+    model = nnx.merge(graphdef, params)
+    if loss_chunk_size:
+      ce_B, _ = loss_lib.model_row_sums(model, batch_BT1[:, :-1], batch_BT1[:, 1:],
+                                        loss_chunk_size)
+      return ce_B / (batch_BT1.shape[1] - 1)
+    logits_BTV = model(batch_BT1[:, :-1]).astype(jnp.float32)
     log_z_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
     target_logit_BT = jnp.take_along_axis(logits_BTV, batch_BT1[:, 1:, None], axis=-1)[..., 0]
     return jnp.mean(log_z_BT - target_logit_BT, axis=-1)
@@ -91,7 +166,8 @@ def make_eval_rows_step(graphdef) -> Callable:
 def jit_eval_rows(program: "TrainProgram") -> Callable:
   """:func:`make_eval_rows_step` jitted on ``program``'s mesh: params and batch as in the
   eval step, the [B] losses replicated so every process can read them all."""
-  return jax.jit(sharding_lib.under_mesh(make_eval_rows_step(program.graphdef), program.mesh),
+  rows_step = make_eval_rows_step(program.graphdef, program.spec.loss_chunk_size)
+  return jax.jit(sharding_lib.under_mesh(rows_step, program.mesh),
                  in_shardings=(program.shardings["params"], program.batch_sharding),
                  out_shardings=NamedSharding(program.mesh, jax.sharding.PartitionSpec()),
                  compiler_options=program.compiler_options)
@@ -193,10 +269,12 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   shardings = sharding_lib.state_shardings(abstract_state, mesh)
   batch_sh = sharding_lib.batch_sharding(mesh)
   step = jax.jit(sharding_lib.under_mesh(
-                     make_train_step(graphdef, tx, schedule, config.train.z_loss), mesh),
+                     make_train_step(graphdef, tx, schedule, config.train.z_loss,
+                                     spec.microbatches, spec.loss_chunk_size,
+                                     shardings["params"]), mesh),
                  in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
                  donate_argnums=0, compiler_options=options)
-  eval_step = jax.jit(sharding_lib.under_mesh(make_eval_step(graphdef), mesh),
+  eval_step = jax.jit(sharding_lib.under_mesh(make_eval_step(graphdef, spec.loss_chunk_size), mesh),
                       in_shardings=(shardings["params"], batch_sh),
                       compiler_options=options)
   return TrainProgram(spec=spec, mesh=mesh, tx=tx, schedule=schedule, graphdef=graphdef,

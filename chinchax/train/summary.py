@@ -48,6 +48,7 @@ def summarize(workdir: pathlib.Path, spec, data: RunData, log: StepLog, *, final
       "timed_steps": log.timed_steps, "timed_seconds": log.timed_seconds,
       "stopped_by_time": log.stopped_by_time,
       "mesh": {k: int(v) for k, v in spec.mesh.items()},
+      "microbatches": spec.microbatches, "loss_chunk_size": spec.loss_chunk_size,
       "compiler_options": dict(compiler_options or {}),
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],

@@ -195,7 +195,8 @@ def build_trials_program(config, spec: RunSpec, mesh: Mesh,
 
   def single_step_for(m):
     tx, schedule = optim.make_optimizer(config, spec, lr_scale=m)
-    return step_lib.make_train_step(single.graphdef, tx, schedule, z_loss)
+    return step_lib.make_train_step(single.graphdef, tx, schedule, z_loss, spec.microbatches,
+                                    spec.loss_chunk_size, single.shardings["params"])
 
   inits = [step_lib.make_init(spec, single.tx, t.seed) for t in trials]
 

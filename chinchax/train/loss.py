@@ -1,0 +1,121 @@
+"""The language-model loss: cross-entropy and z-loss, whole or in chunks of the sequence.
+
+:func:`loss_terms` takes the full float32 logits [B, T, V] (the unchunked step).
+:func:`chunked_row_sums` never holds them: the output projection and the loss
+run over chunks of ``chunk`` sequence positions, each under ``jax.checkpoint``,
+so the forward keeps only the hidden states [B, T, D] and the backward
+recomputes one chunk's logits [B, chunk, V] at a time (the float32 logits of a
+Llama-3-sized vocabulary, V = 128,256, take 0.5 MB per token; forward and
+gradient together 1 GiB per 1,024 tokens). The chunks are a ``lax.scan`` (the
+last, shorter chunk, when ``chunk`` does not divide T, runs after it).
+
+Shape letters: B batch rows, T sequence length, C chunk length, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from chinchax import config_checks
+from chinchax import model as model_lib
+from chinchax import sharding
+
+# "auto" chunks where the logits dominate a step's memory: from this vocabulary size up.
+AUTO_MIN_VOCAB = 32_768
+AUTO_CHUNK = 512  # sequence positions per chunk: [B, 512, 128k] float32 is 0.25 GiB per row
+
+
+def resolve_chunk_size(value, backend: str, seq_len: int, vocab_size: int) -> int:
+  """``train.loss_chunk_size`` as a number of sequence positions (0 = unchunked).
+
+  "auto": 0 on CPU (no accelerator memory to save; the unchunked step is the
+  bitwise reference), else min(seq_len, 512) when ``vocab_size`` >= 32,768 and 0 below it.
+  An integer is kept, capped at ``seq_len`` (one chunk of the whole sequence).
+
+  Args:
+    value: "auto" or an integer >= 0, or its digits as a string.
+    backend: "cpu", "gpu" or "tpu" (the run's, or a compile target's).
+    seq_len: T (tokens per sequence); vocab_size: V.
+  Raises:
+    ConfigError: any other value.
+  """
+  value = config_checks.parse_loss_chunk_size(value)
+  if value == "auto":
+    if backend == "cpu" or vocab_size < AUTO_MIN_VOCAB:
+      return 0
+    return min(seq_len, AUTO_CHUNK)
+  return min(int(value), seq_len)
+
+
+def loss_terms(logits_BTV: jax.Array, targets_BT: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Mean cross-entropy (nats/token) and mean (log Z)² over [B, T], in float32."""
+  logits_BTV = logits_BTV.astype(jnp.float32)
+  log_z_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
+  target_logit_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
+  return jnp.mean(log_z_BT - target_logit_BT), jnp.mean(log_z_BT ** 2)
+
+
+def row_sums(logits_BTV: jax.Array, targets_BT: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """float32 [B] each: every row's summed cross-entropy (nats) and summed (log Z)² over T."""
+  logits_BTV = logits_BTV.astype(jnp.float32)
+  log_z_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
+  target_logit_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
+  return jnp.sum(log_z_BT - target_logit_BT, axis=1), jnp.sum(log_z_BT ** 2, axis=1)
+
+
+@jax.checkpoint
+def _chunk_sums(x_BCD, head_DV, targets_BC):
+  # Under jax.checkpoint only the inputs are kept for the backward: the chunk's logits
+  # [B, C, V] are recomputed there, one chunk at a time.
+  return row_sums(model_lib.project(x_BCD, head_DV), targets_BC)
+
+
+def chunked_row_sums(x_BTD: jax.Array, head_DV: jax.Array, targets_BT: jax.Array,
+                     chunk: int) -> tuple[jax.Array, jax.Array]:
+  """:func:`row_sums` of the logits ``x_BTD · head_DV``, computed ``chunk`` positions at a time.
+
+  Equal to ``row_sums(model.project(x_BTD, head_DV), targets_BT)`` up to float32 round-off
+  (summed per chunk), with and without a gradient, while at most one chunk's logits
+  [B, chunk, V] exist at once.
+
+  Args:
+    x_BTD: the final-normed hidden states [B, T, D] (``Transformer.hidden``).
+    head_DV: the output projection [D, V] (``Transformer.output_head``).
+    targets_BT: int32 [B, T] next tokens.
+    chunk: positions per chunk, 1 <= chunk; one that does not divide T leaves a last,
+      shorter chunk of T mod chunk positions.
+  Returns:
+    (cross-entropy sums, (log Z)² sums), float32 [B] each (nats; nats²).
+  Raises:
+    ValueError: chunk < 1.
+  """
+  if chunk < 1:
+    raise ValueError(f"loss chunk of {chunk} positions; use >= 1")
+  B, T, D = x_BTD.shape
+  n, rest = divmod(T, chunk)
+  ce_B = z2_B = jnp.zeros((B,), jnp.float32)
+  if n:
+    # [B, n·C, D] → [n, B, C, D]: the batch rows stay where they are (over data×fsdp).
+    xs = jnp.swapaxes(x_BTD[:, :n * chunk].reshape(B, n, chunk, D), 0, 1)
+    xs = sharding.constrain(xs, (None, "batch", "seq", "embed"))
+    ts = jnp.swapaxes(targets_BT[:, :n * chunk].reshape(B, n, chunk), 0, 1)
+
+    def body(carry, xt):
+      ce, z2 = _chunk_sums(xt[0], head_DV, xt[1])
+      return (carry[0] + ce, carry[1] + z2), None
+
+    (ce_B, z2_B), _ = jax.lax.scan(body, (ce_B, z2_B), (xs, ts))
+  if rest:
+    ce, z2 = _chunk_sums(x_BTD[:, n * chunk:], head_DV, targets_BT[:, n * chunk:])
+    ce_B, z2_B = ce_B + ce, z2_B + z2
+  return ce_B, z2_B
+
+
+def model_row_sums(model, inputs_BT: jax.Array, targets_BT: jax.Array,
+                   chunk: int) -> tuple[jax.Array, jax.Array]:
+  """The model's per-row loss sums, float32 [B] each (cross-entropy nats, (log Z)²): through
+  :func:`chunked_row_sums` when ``chunk`` > 0, else from the full logits [B, T, V]."""
+  if chunk:
+    return chunked_row_sums(model.hidden(inputs_BT), model.output_head(), targets_BT, chunk)
+  return row_sums(model(inputs_BT), targets_BT)
