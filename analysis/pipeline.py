@@ -30,7 +30,9 @@ DEFAULT_JOBS = min(2, os.cpu_count() or 1)  # processes for Approach 3's starts
 
 
 def default_out_dir(results_path: str | os.PathLike) -> str:
-  """The output folder when none is given: ``fit`` beside the results file."""
+  """The output folder when none is given: ``fit`` beside the results file (a URL's too)."""
+  if paths_lib.is_url(results_path):
+    return str(results_path).rstrip("/").rsplit("/", 1)[0] + "/fit"
   return os.path.join(os.path.dirname(os.path.abspath(results_path)), "fit")
 
 
@@ -50,6 +52,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     results_path: the ladder's JSONL results table, or a CSV with columns N,
       loss and D or C (:func:`analysis.io.load_results`).
     out_dir: output folder (created); None or "": ``fit`` beside ``results_path``.
+      Either may be a ``gs://`` URL: the table is read from a local copy, the
+      outputs are written locally and uploaded when all are written.
     approach: "1", "2", "3" or "all". "all" skips, with a stated reason, the
       approaches the table cannot support; an explicit one that cannot run is
       an error.
@@ -97,7 +101,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   paths_lib.check_writable_dir(out, "fit output directory")
   say = log or (lambda msg: None)
   tell = warn or (lambda msg: say(f"warning: {msg}"))
-  results_path = os.fspath(results_path)
+  shown_results = results_path = os.fspath(results_path)
+  results_path = paths_lib.local_copy(results_path)  # a gs:// table: read from a local copy
   if approach != "all" and approach not in APPROACHES:
     raise FitOptionError(f"unknown approach {approach!r}; valid: all, {', '.join(APPROACHES)}")
   try:
@@ -111,7 +116,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   runs = load_results(results_path, min_budgets=min_budgets)
   runs = runs.drop_highest_loss(drop_highest_loss)
   say(f"loaded {len(runs)} runs ({runs.n_failed} failed, ignored) in "
-      f"{len(runs.budgets())} IsoFLOP budgets from {results_path}")
+      f"{len(runs.budgets())} IsoFLOP budgets from {shown_results}")
   approaches = APPROACHES if approach == "all" else (approach,)
   try:
     report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
@@ -122,8 +127,12 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   if not report.results:
     raise FitError("no approach could be fitted: " + "; ".join(
         f"approach {k}: {v}" for k, v in report.skipped.items()))
-  figure_paths = plots.make_figures(report, out, compare_laws) if figures else []
-  json_path, md_path = reportlib.write_report(report, out, compare_laws, figure_paths)
+  with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded once everything is written
+    figure_paths = plots.make_figures(report, local_out, compare_laws) if figures else []
+    json_path, md_path = reportlib.write_report(report, local_out, compare_laws, figure_paths)
+    v = _validation_of(json_path)
+  if paths_lib.is_url(out):
+    json_path, md_path = (f"{out.rstrip('/')}/{os.path.basename(p)}" for p in (json_path, md_path))
   for k, res in sorted(report.results.items()):
     p = res.params()
     boot = report.bootstraps.get(k)
@@ -135,7 +144,6 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     outside = outside_interval(res, boot)
     flag = f"  (outside its interval: {outside.split(', from ')[1]})" if outside else ""
     say(f"approach {k}: a = {p['a']:.4f}{ci}{flag}{extra}")
-  v = _validation_of(json_path)
   if v is not None and v["rel_error"] is not None:
     say(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "
         f"{v['predicted_loss']:.4f}, measured {v['measured_loss']:.4f} nats/token "
@@ -181,17 +189,17 @@ def add_validation(results_path: str | os.PathLike, out_dir: str | os.PathLike |
     FitError: ``fit.json`` is missing or unreadable (fit the table first).
   """
   out = os.fspath(out_dir) if out_dir else default_out_dir(results_path)
-  runs = load_results(os.fspath(results_path), min_budgets=1)
+  runs = load_results(paths_lib.local_copy(os.fspath(results_path)), min_budgets=1)
   if not runs.held_out:
     return None
-  json_path = os.path.join(out, "fit.json")
+  json_path = f"{out.rstrip('/')}/fit.json" if paths_lib.is_url(out) else os.path.join(out, "fit.json")
   try:
-    with open(json_path) as f:
-      data = json.load(f)
+    data = json.loads(paths_lib.as_path(json_path).read_text())
   except (OSError, ValueError) as e:
     raise FitError(f"cannot read {json_path} ({e}); fit {results_path} first") from None
   data["validation"] = validation_lib.validation_block(data, runs.held_out[-1])
-  reportlib.write_json_and_markdown(data, out)
+  with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded when written
+    reportlib.write_json_and_markdown(data, local_out)
   v = data["validation"]
   if log is not None and v["rel_error"] is not None:
     log(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "

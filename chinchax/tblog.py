@@ -17,6 +17,8 @@ import math
 import pathlib
 import time
 
+from chinchax import paths as paths_lib
+
 TB_DIR = "tensorboard"
 _PERF = ("tokens_per_s", "step_time_s", "mfu")
 _SKIP = ("step", "tokens")
@@ -45,8 +47,11 @@ class ScalarWriter:
   def __init__(self, logdir: pathlib.Path, purge_step: int | None = None):
     from tensorboardX import SummaryWriter
 
-    pathlib.Path(logdir).mkdir(parents=True, exist_ok=True)
-    self.logdir = pathlib.Path(logdir)
+    self.logdir = paths_lib.as_path(logdir)
+    self.logdir.mkdir(parents=True, exist_ok=True)
+    # An object store rewrites the whole event file at each flush: there, every flush_secs
+    # (tensorboardX's writer thread) and at close; locally after every row.
+    self._flush_each_row = not paths_lib.is_url(logdir)
     # A nanosecond suffix keeps two writers started within one second in separate files,
     # and in start order (readers load event files sorted by name).
     self._writer = SummaryWriter(str(logdir), purge_step=purge_step, flush_secs=30,
@@ -60,7 +65,17 @@ class ScalarWriter:
         continue
       if math.isfinite(value):
         self._writer.add_scalar(tag(key), float(value), step)
-    self._writer.flush()
+    if self._flush_each_row:
+      self._writer.flush()
 
   def close(self) -> None:
+    writers = list((getattr(self._writer, "all_writers", None) or {}).values())
     self._writer.close()
+    if not self._flush_each_row:
+      # tensorboardX's gs:// writer uploads its buffer again from __del__ (at exit, perhaps
+      # after the service is gone): the upload at close was the last one.
+      for fw in writers:
+        events = getattr(getattr(fw, "event_writer", None), "_ev_writer", None)
+        gcs_writer = getattr(getattr(events, "_py_recordio_writer", None), "_writer", None)
+        if hasattr(gcs_writer, "blob"):
+          gcs_writer.flush = lambda: None

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 
 import jax
 import orbax.checkpoint as ocp
 
+from chinchax import paths as paths_lib
 from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, read_failure,
                                            saved_steps, verify_sums)
 from chinchax.checkpoint.run_config import MODEL_KEYS, model_signature
@@ -55,7 +55,7 @@ class InitSource:
 def init_source_dirs(path) -> tuple[pathlib.Path, pathlib.Path]:
   """(workdir, checkpoints directory) of a ``train.init_from`` path: a run's workdir, or the
   ``checkpoints`` directory inside it."""
-  p = pathlib.Path(os.path.expanduser(str(path).strip())).resolve()
+  p = paths_lib.resolved(str(path).strip())
   if (p / "checkpoints").is_dir() or not p.is_dir() or (p / "config.json").exists():
     return p, p / "checkpoints"
   return p.parent, p
@@ -90,7 +90,7 @@ def check_init_source(config, workdir: pathlib.Path, steps: int, vocab_size: int
   t = config.train
   src_workdir, directory = init_source_dirs(t.init_from)
   where = f"train.init_from={t.init_from!r}"
-  if src_workdir == pathlib.Path(workdir).resolve():
+  if src_workdir == paths_lib.resolved(workdir):
     raise CheckpointError(f"{where} is this run's own workdir; give another run's workdir (a "
                           f"run resumes from its own checkpoints without init_from)")
   saved = saved_steps(directory.parent, directory.name)

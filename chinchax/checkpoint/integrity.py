@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from chinchax import errors
+from chinchax import paths as paths_lib
 
 
 class CheckpointError(errors.UserError):
@@ -31,12 +32,16 @@ class Unusable(Exception):
 
 
 def saved_steps(workdir: pathlib.Path, name: str = "checkpoints") -> list[int]:
-  """Steps of the complete checkpoints in ``workdir/name`` (orbax renames a step into place)."""
-  ckpts = pathlib.Path(workdir) / name
+  """Steps of the complete checkpoints in ``workdir/name`` (orbax renames a step into place;
+  on an object store it writes ``commit_success.txt`` into it last)."""
+  ckpts = paths_lib.as_path(workdir) / name
   try:
-    return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+    steps = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
   except OSError:
     return []
+  if paths_lib.is_url(ckpts):  # no rename there: orbax marks a finished step with this file
+    steps = [s for s in steps if (ckpts / str(s) / "commit_success.txt").exists()]
+  return steps
 
 
 def verify_sums(saved: list[int] | None, state) -> None:
@@ -142,7 +147,7 @@ def check_shapes(directory: pathlib.Path, step: int, abstract_state) -> None:
       side has.
     Unusable: the checkpoint's item directory or its metadata is missing or unreadable.
   """
-  directory = pathlib.Path(directory)
+  directory = paths_lib.as_path(directory)
   item_dir = directory / str(step) / "default"
   if not (item_dir / "_METADATA").is_file():
     raise Unusable(f"incomplete: {item_dir.relative_to(directory)}"

@@ -7,7 +7,6 @@ the checks it applies live in :mod:`chinchax.checkpoint.integrity`.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 
 import jax
@@ -35,7 +34,7 @@ class Checkpointer:
 
   def __init__(self, directory: pathlib.Path, every: int, keep: int,
                save_steps: tuple[int, ...] = ()):
-    self.directory = pathlib.Path(directory)
+    self.directory = paths_lib.as_path(directory)  # local, or gs:// (orbax takes an epath)
     self.sums_path = self.directory.with_name(self.directory.name + ".sums.json")
     self.save_steps = frozenset(save_steps)
     if self.save_steps:
@@ -94,9 +93,7 @@ class Checkpointer:
     keep = {str(s) for s in self.manager.all_steps()} | {str(step)}
     table = {k: v for k, v in self._saved_sums().items() if k in keep}
     table[str(step)] = sums
-    tmp = self.sums_path.with_name(self.sums_path.name + ".tmp")
-    tmp.write_text(json.dumps(table))
-    os.replace(tmp, self.sums_path)
+    paths_lib.write_text_atomic(self.sums_path, json.dumps(table))
 
   def restore_latest(self, abstract_state, shardings):
     """Restores the newest intact checkpoint onto ``shardings``, or returns None when there is none.
@@ -151,7 +148,7 @@ class Checkpointer:
         dest, n = aside / f"{step}-{n}", n + 1
       if jax.process_index() == 0:
         aside.mkdir(parents=True, exist_ok=True)
-        os.replace(self.directory / str(step), dest)
+        paths_lib.move(self.directory / str(step), dest)
       console.warn(f"the checkpoint at step {step} in {self.directory} is {why}; moved to {dest}; "
                    f"resuming from step {good_step}", enabled=jax.process_index() == 0)
     if jax.process_count() > 1:

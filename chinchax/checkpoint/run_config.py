@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+from chinchax import paths as paths_lib
 from chinchax.checkpoint.integrity import CheckpointError, Unusable, check_shapes, saved_steps
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
@@ -65,13 +66,13 @@ def saved_run(workdir: pathlib.Path, abstract_state=None) -> dict | None:
   steps = saved_steps(workdir)
   if not steps:
     return None
-  path = pathlib.Path(workdir) / "config.json"
+  path = paths_lib.as_path(workdir) / "config.json"
   try:
     return json.loads(path.read_text())
   except (OSError, ValueError) as e:
     for step in reversed(steps if abstract_state is not None else []):
       try:
-        check_shapes(pathlib.Path(workdir) / "checkpoints", step, abstract_state)
+        check_shapes(paths_lib.as_path(workdir) / "checkpoints", step, abstract_state)
         break
       except Unusable:
         continue
@@ -168,7 +169,7 @@ def saved_init(workdir: pathlib.Path) -> dict | None:
   """The ``init`` record of a workdir's config.json ({"from", "step"}: the checkpoint the run
   started from, ``train.init_from``), or None."""
   try:
-    return json.loads((pathlib.Path(workdir) / "config.json").read_text()).get("init")
+    return json.loads((paths_lib.as_path(workdir) / "config.json").read_text()).get("init")
   except (OSError, ValueError):
     return None
 
@@ -187,8 +188,7 @@ def write_run_config(workdir: pathlib.Path, config, spec, data_signature: dict |
   }
   if init:
     payload["init"] = dict(init)
-  tmp = pathlib.Path(workdir) / "config.json.tmp"
-  tmp.write_text(json.dumps(payload, indent=2))
-  tmp.replace(pathlib.Path(workdir) / "config.json")
+  paths_lib.write_text_atomic(paths_lib.as_path(workdir) / "config.json",
+                              json.dumps(payload, indent=2))
 
 

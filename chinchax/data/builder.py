@@ -44,6 +44,7 @@ import numpy as np
 
 from chinchax import console
 from chinchax import paths as paths_lib
+from chinchax.data import remote as remote_lib
 from chinchax.data import shards as shards_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
@@ -147,13 +148,27 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
   fp = info.fingerprint
   if on_scan is not None:
     on_scan(fp)
-  root = pathlib.Path(os.path.expanduser(store_root))
+  url_root = str(store_root) if paths_lib.is_url(store_root) else None  # built in a stage
+  root = (remote_lib.staging_root(url_root) if url_root
+          else pathlib.Path(os.path.expanduser(store_root)))
   timings = {"scan_s": time.perf_counter() - t0, "tokenizer_train_s": 0.0}
   if isinstance(tokenizer, tokenizers_lib.BPESpec):
     t = time.perf_counter()
+    if url_root:
+      remote_lib.sync_tokenizers(url_root, root, up=False)
     tokenizer = trained_bpe(source, tokenizer, root, fp, val_fraction, decode_errors, progress)
+    if url_root:
+      remote_lib.sync_tokenizers(url_root, root, up=True)
     timings["tokenizer_train_s"] = time.perf_counter() - t
   final = store_lib.store_dir(str(root), fp, tokenizer, val_fraction, decode_errors)
+  if url_root:  # chinchax.data.remote: build here unless the bucket has it, then upload
+    remote = store_lib.store_dir(url_root, fp, tokenizer, val_fraction, decode_errors)
+    if not store_lib.is_complete(remote):
+      if not store_lib.is_complete(final):
+        build(source, tokenizer, str(root), val_fraction, decode_errors=decode_errors,
+              workers=workers, shard_mb=shard_mb, progress=progress)
+      remote_lib.upload(final, remote)
+    return remote
   if store_lib.is_complete(final):
     return final
   partial = final.with_name(f".{final.name}.partial")
@@ -313,7 +328,7 @@ def prepare(data_cfg, *, progress: bool = False, on_scan=None) -> pathlib.Path:
 
 def report(directory: pathlib.Path) -> str:
   """A human summary of a store's manifest: counts, bytes per token, time, throughput."""
-  directory = pathlib.Path(directory)
+  directory = paths_lib.as_path(directory)
   m = json.loads((directory / store_lib.MANIFEST).read_text())
   sp, docs, tok, t = m["splits"], m["documents"], m["tokenizer"], m["timings"]
   tokens = sp["train"]["tokens"] + sp["val"]["tokens"]

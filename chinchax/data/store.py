@@ -26,13 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import pathlib
 
 import numpy as np
 import tensorstore as ts
 
 from chinchax import console
+from chinchax import paths as paths_lib
+from chinchax.data import remote as remote_lib
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -64,18 +65,18 @@ def store_dir(store_root: str, fp: str, tokenizer, val_fraction: float,
               decode_errors: str = "replace") -> pathlib.Path:
   """``<store_root>/<tokenizer>-<fingerprint[:16]>-val<fraction>-<key[:8]>``."""
   key = store_key(tokenizer, decode_errors)
-  return (pathlib.Path(os.path.expanduser(store_root))
+  return (paths_lib.as_path(store_root)  # local, or gs:// (chinchax.data.remote)
           / f"{tokenizer.name}-{fp[:16]}-val{val_fraction:g}-{key[:8]}")
 
 
 def is_complete(directory: pathlib.Path) -> bool:
   """True for a finished store (its manifest exists; partial builds never have one)."""
-  return (pathlib.Path(directory) / MANIFEST).is_file()
+  return (paths_lib.as_path(directory) / MANIFEST).is_file()
 
 
 def open_array(path: pathlib.Path, *, dtype=None, n_tokens: int | None = None):
   """Opens (or, given dtype and n_tokens, creates) a 1-D zarr3 token array."""
-  spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+  spec = {"driver": "zarr3", "kvstore": paths_lib.kvstore_spec(path)}
   if dtype is None:
     return ts.open(spec, open=True).result()
   n = max(int(n_tokens), 1)
@@ -103,7 +104,7 @@ def hash_parts(dtype, splits: dict) -> str:
 
 def content_hash(directory: pathlib.Path) -> str:
   """Recomputes the content hash of a complete store from its arrays (reads every token)."""
-  directory = pathlib.Path(directory)
+  directory = paths_lib.as_path(directory)
   manifest = json.loads((directory / MANIFEST).read_text())
   dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
   parts = {}
@@ -113,7 +114,7 @@ def content_hash(directory: pathlib.Path) -> str:
     h = hashlib.sha256()
     for start in range(0, n, _HASH_READ):
       h.update(np.asarray(arr[start:min(n, start + _HASH_READ)].read().result()).astype(dtype).tobytes())
-    starts = np.load(directory / f"{split}_docs.npy").astype("<i8")
+    starts = remote_lib.load_npy(directory / f"{split}_docs.npy").astype("<i8")
     parts[split] = (n, h.hexdigest(), hashlib.sha256(starts.tobytes()).hexdigest())
   return hash_parts(dtype, parts)
 
@@ -128,7 +129,7 @@ class TokenSplit:
   def __init__(self, directory: pathlib.Path, split: str, max_in_memory: int = 1 << 28):
     if split not in SPLITS:
       raise ValueError(f"split {split!r} is not one of {SPLITS}")
-    self.directory = pathlib.Path(directory)
+    self.directory = paths_lib.as_path(directory)
     self.manifest = json.loads((self.directory / MANIFEST).read_text())
     self.split = split
     counts = self.manifest["splits"][split]
@@ -181,7 +182,7 @@ def replacement_share(manifest: dict) -> float:
 
 def warn_replacement_share(directory: pathlib.Path) -> None:
   """Warns when more than :data:`REPLACEMENT_WARN_SHARE` of the store's text is U+FFFD."""
-  m = json.loads((pathlib.Path(directory) / MANIFEST).read_text())
+  m = json.loads((paths_lib.as_path(directory) / MANIFEST).read_text())
   share = replacement_share(m)
   if share > REPLACEMENT_WARN_SHARE:
     console.warn(f"{100 * share:.1f}% of the text in store {directory} is U+FFFD replacement "

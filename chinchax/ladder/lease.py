@@ -20,7 +20,13 @@ different hosts are compared. A holder whose file has a successor has lost
 its lease (:meth:`Lease.beat` returns False) and must stop working on the
 run. Files are never deleted, so generations only grow.
 
-This module uses the standard library only.
+On an object store (a ``gs://`` ladder workdir) the claim is a create with
+``ifGenerationMatch=0`` — GCS's atomic create: exactly one of several
+concurrent creates of a name succeeds — and every heartbeat or release a
+rewrite with ``ifGenerationMatch`` set to the object generation this holder
+last wrote, so only the holder's own latest write can be replaced; a rewrite
+that fails means the lease is lost. Expiry is judged, as on disk, by the
+observer's own clock from the content it reads. See :mod:`chinchax.ladder.files`.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class Lease:
   def __init__(self, path: pathlib.Path, run_id: str, gen: int, owner: str, before=("free", None)):
     self.path, self.run_id, self.gen, self.owner = path, run_id, gen, owner
     self.n_beat, self.attempt, self.before = 0, 0, before
+    self.generation = None  # an object store: the object generation this holder last wrote
 
   def content(self, released: str | bool = False) -> str:
     return json.dumps({"run_id": self.run_id, "gen": self.gen, "owner": self.owner,
@@ -68,13 +75,19 @@ class Lease:
     if self.lost():
       return False
     self.n_beat += 1
-    files.write_atomic(self.path, self.content())
-    return True
+    return self._write(self.content())
+
+  def _write(self, text: str) -> bool:
+    if self.generation is None:
+      files.write_atomic(self.path, text)
+      return True
+    self.generation = files.rewrite_if(self.path, text, self.generation)
+    return self.generation is not None
 
   def release(self, reason: str = "recorded") -> None:
     """Marks the lease released for ``reason`` (the next generation may be claimed at once)."""
     if not self.lost():
-      files.write_atomic(self.path, self.content(released=reason))
+      self._write(self.content(released=reason))
 
 
 class Leases:
@@ -90,7 +103,7 @@ class Leases:
 
   def __init__(self, directory: pathlib.Path, owner: str, expiry_s: float,
                clock=time.monotonic):
-    self.dir = pathlib.Path(directory)  # created by the first claim: a query writes nothing
+    self.dir = files.as_path(directory)  # created by the first claim: a query writes nothing
     self.owner, self.expiry_s, self.clock = owner, expiry_s, clock
     self._gen: dict[str, int] = {}                      # highest generation seen per run
     self._seen: dict[str, tuple[int, str, float]] = {}  # run -> (gen, content, first seen at)
@@ -140,6 +153,10 @@ class Leases:
     g = self._gen[run_id] + 1
     lease = Lease(self._path(run_id, g), run_id, g, self.owner, before=(state, content))
     self.dir.mkdir(parents=True, exist_ok=True)
-    made = files.create_exclusive(lease.path, lease.content())
+    if "://" in str(lease.path):
+      lease.generation = files.create_object(lease.path, lease.content())
+      made = lease.generation is not None
+    else:
+      made = files.create_exclusive(lease.path, lease.content())
     self._gen[run_id] = g
     return lease if made else None

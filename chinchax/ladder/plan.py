@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import time
 
 import jax
 
 from chinchax import config as config_lib
+from chinchax import paths as paths_lib
 from chinchax import train as train_lib
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
@@ -99,7 +99,7 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
   base = config.train_config
   config_lib.validate(base)
   devices = list(jax.devices() if devices is None else devices)
-  workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
+  workdir = paths_lib.resolved(config.workdir)  # local, or gs:// (docs/storage.md)
   spec0 = train_lib.resolve(base, len(devices))
   timed = lc.budget_kind == "seconds"
   runs = (isotime.plan_runs if timed else grid.plan_runs)(

@@ -55,7 +55,7 @@ class ResultsTable:
   """
 
   def __init__(self, path: pathlib.Path, run_ids=()):
-    self.path = pathlib.Path(path)
+    self.path = files.as_path(path)
     self.rows_dir = self.path.parent / ROWS_DIR
     self.run_ids = list(run_ids)
     self.rows: dict[str, dict] = {}

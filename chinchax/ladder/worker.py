@@ -259,7 +259,7 @@ def claim_fit(table_path: pathlib.Path) -> bool:
   The claim is keyed by the table's content (run ids, statuses, attempts), so a
   later change of the table (a retried run) can be fitted again.
   """
-  workdir = pathlib.Path(table_path).parent
+  workdir = files.as_path(table_path).parent
   grid_path = workdir / GRID_FILE
   if not grid_path.exists():
     return False

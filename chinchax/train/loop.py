@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import time
 
@@ -134,6 +133,8 @@ def _save(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, st
       rows so far are written and the logs closed first.
   """
   _check_finite(config, log, ckpt, done, state)
+  log.flush()
+  log.metrics.sync()  # every row so far is in metrics.jsonl before the checkpoint can commit
   try:
     ckpt.save(done, state, force=force)
   except checkpoint_lib.CheckpointError:
@@ -216,7 +217,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     raise config_lib.ConfigError(
         f"train.stop_after_s={config.train.stop_after_s:g} needs a single-process run (this one "
         f"has {jax.process_count()} processes); use 0 and a step budget")
-  workdir = pathlib.Path(os.path.expanduser(config.workdir)).resolve()
+  workdir = paths_lib.resolved(config.workdir)  # local, or gs://bucket/... (docs/storage.md)
   for path, what in ((workdir, "workdir"), (workdir / "checkpoints", "checkpoint directory")):
     if path == workdir or path.exists():
       paths_lib.check_writable_dir(path, what)

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import pathlib
+import time
 
 import numpy as np
 
+from chinchax import paths as paths_lib
 from chinchax import tblog
+
+# On an object store (gs://) an append rewrites the whole object: metrics.jsonl is rewritten at
+# most this often (seconds), and at every checkpoint (:meth:`MetricsLog.sync`) and at the end.
+OBJECT_REWRITE_S = 5.0
 
 
 def log_spaced_steps(steps: int, n: int, from_fraction: float = 0.0) -> set[int]:
@@ -31,10 +37,21 @@ class MetricsLog:
   TensorBoard; :attr:`last_loss` is the last training loss kept (NaN if none),
   then the last one written; :attr:`last_trial_loss` the same for a trials run's
   per-trial list (``train/trials.py``).
+
+  Locally each row is appended as it comes. On an object store (a ``gs://``
+  workdir), where objects cannot be appended to, the rows are kept in memory
+  and the object is rewritten whole: at most every :data:`OBJECT_REWRITE_S`
+  seconds, at each checkpoint (:meth:`sync`, called before the save starts) and
+  at :meth:`close`. A run killed at any moment therefore has every row up to
+  its last checkpoint in the object; the rows after it are dropped on resume
+  and written again, as locally.
   """
 
   def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool):
     self.path, self.enabled = path, enabled
+    self._object = paths_lib.is_url(path)
+    self._lines: list[str] = []  # an object store's rows (rewritten whole)
+    self._dirty, self._rewritten_at = False, time.monotonic()
     self.tb = None
     self.last_loss = float("nan")
     self.last_trial_loss = None  # a trials run's last per-trial train losses (None: NaN)
@@ -47,6 +64,7 @@ class MetricsLog:
       trial = [json.loads(l)["trial_loss"] for l in keep if "trial_loss" in json.loads(l)]
       if trial:
         self.last_trial_loss = trial[-1]
+      self._lines = keep if self._object else []
       if enabled:
         path.write_text("".join(l + "\n" for l in keep))
     if enabled:
@@ -59,12 +77,26 @@ class MetricsLog:
       self.last_loss = float(row["loss"])
     if "trial_loss" in row:
       self.last_trial_loss = row["trial_loss"]
-    if self.enabled:
+    if not self.enabled:
+      return
+    if self._object:
+      self._lines.append(json.dumps(row))
+      self._dirty = True
+      if time.monotonic() - self._rewritten_at >= OBJECT_REWRITE_S:
+        self.sync()
+    else:
       with self.path.open("a") as f:
         f.write(json.dumps(row) + "\n")
-      self.tb.write(row)
+    self.tb.write(row)
+
+  def sync(self) -> None:
+    """Makes the file hold every row written so far (an object store's rewrite; locally a no-op)."""
+    if self.enabled and self._object and self._dirty:
+      self.path.write_text("".join(l + "\n" for l in self._lines))
+      self._dirty, self._rewritten_at = False, time.monotonic()
 
   def close(self) -> None:
+    self.sync()
     if self.tb is not None:
       self.tb.close()
       self.tb = None
