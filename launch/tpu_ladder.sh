@@ -26,9 +26,9 @@
 #
 # Each VM starts, detached (nohup, log in DIR/ladder-worker.log), a loop around
 # `chinchax ladder --config.ladder.worker=True FLAGS` that starts the worker again after a
-# preemption notice (exit status 75: checkpoint saved, lease released). Give --config.workdir a
-# directory every VM shares (Filestore / NFS, or a gcsfuse mount): leases, checkpoints and rows
-# live there. A VM that is reclaimed (spot) leaves a lease that expires after
+# preemption notice (exit status 75: checkpoint saved, lease released). Give --config.workdir
+# and the store root as gs:// URLs (docs/storage.md): leases (created with ifGenerationMatch=0),
+# checkpoints, rows and the fit live in the bucket; the VMs share no disk. A VM that is reclaimed (spot) leaves a lease that expires after
 # ladder.lease_expiry_s; another worker resumes that run from its checkpoint. Running this
 # script again (with --create / --queued for the lost VMs) adds workers; finished runs are
 # never run twice. The worker that records the last run fits the table.
@@ -36,7 +36,8 @@
 # Example:
 #   launch/tpu_ladder.sh --name ladder --zone us-east5-b --count 8 --accelerator-type v6e-8 \
 #     --queued --spot --sync --setup -- --config=configs/ladder.py:gutenberg \
-#     --config.workdir=/mnt/shared/runs/ladder
+#     --config.workdir=gs://my-bucket/runs/ladder \
+#     --config.train_config.data.store_root=gs://my-bucket/stores
 set -euo pipefail
 
 usage() { awk 'NR == 1 || /^#SBATCH/ {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; }

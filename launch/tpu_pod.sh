@@ -28,14 +28,17 @@
 # The `chinchax` it runs is $CHINCHAX when set.
 #
 # Every worker runs `chinchax train --config.distributed.mode=tpu FLAGS`; JAX reads the slice's
-# worker list and starts the coordinator on worker 0. Give --config.workdir a directory every
-# worker can write (Filestore / NFS, or a gcsfuse mount): orbax checkpoints are written by all
-# hosts. On preemption or maintenance (SIGTERM) every worker checkpoints at the same step and
+# worker list and starts the coordinator on worker 0. Give --config.workdir and
+# --config.data.store_root as gs:// URLs (docs/storage.md): every host writes its shards of each
+# orbax checkpoint there, process 0 builds the token store once and all hosts read it in place;
+# the hosts need no shared disk (the VM's service account needs storage.objectAdmin on the
+# bucket). On preemption or maintenance (SIGTERM) every worker checkpoints at the same step and
 # exits with status 75; run the same command again (after re-creating a spot VM) to resume.
 #
 # Example:
 #   launch/tpu_pod.sh --name my-v5p --zone us-east5-a --accelerator-type v5p-32 --create \
-#     --sync --setup -- --config=configs/train.py:125m --config.workdir=/mnt/shared/runs/125m
+#     --sync --setup -- --config=configs/train.py:125m --config.workdir=gs://my-bucket/runs/125m \
+#     --config.data.store_root=gs://my-bucket/stores
 set -euo pipefail
 
 usage() { awk 'NR == 1 || /^#SBATCH/ {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; }

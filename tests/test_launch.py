@@ -171,8 +171,10 @@ def test_gke_manifest_is_an_indexed_job_of_ladder_workers():
   assert pod["restartPolicy"] == "Never"
   (c,) = pod["containers"]
   assert c["command"] == ["chinchax", "ladder"] and "--config.ladder.worker=True" in c["args"]
-  mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-  assert any(a.startswith(f"--config.workdir={mounts['shared']}/") for a in c["args"])
+  # the workers share a bucket, not a volume (docs/storage.md)
+  assert any(a.startswith("--config.workdir=gs://") for a in c["args"])
+  assert any(a.startswith("--config.train_config.data.store_root=gs://") for a in c["args"])
+  assert "volumeMounts" not in c and pod.get("serviceAccountName")
 
 
 def test_gke_workers_wait_for_a_compile_of_the_ladder_for_their_slice():
