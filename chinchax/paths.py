@@ -92,8 +92,12 @@ def write_text_atomic(path, text: str) -> None:
     p.write_text(text)
     return
   tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-  tmp.write_text(text)
-  os.replace(tmp, p)
+  try:
+    tmp.write_text(text)
+    os.replace(tmp, p)
+  except BaseException:  # e.g. a full disk: no half-written temporary file is left
+    tmp.unlink(missing_ok=True)
+    raise
 
 
 def move(src, dest) -> None:

@@ -48,7 +48,7 @@ def _interrupt(cmd, when, log_path, timeout=300):
 
 def _assert_clean(code, out):
   assert code == 130, out[-3000:]
-  assert sum("interrupted" in line for line in out.splitlines()) == 1, out[-3000:]
+  assert sum(line.startswith("interrupted") for line in out.splitlines()) == 1, out[-3000:]
   assert not [b for b in BAD if b in out], out[-3000:]
 
 
@@ -103,7 +103,7 @@ def test_ctrl_c_while_training_checkpoints_and_the_rerun_matches(small_corpus, s
 
   code, out = _interrupt(cmd, training, tmp_path / "log")
   _assert_clean(code, out)
-  line = next(l for l in out.splitlines() if "interrupted" in l)
+  line = next(l for l in out.splitlines() if l.startswith("interrupted"))
   step = int(line.split("checkpoint saved at step ")[1].split()[0])
   assert 0 < step < STEPS and (wd / "checkpoints" / str(step)).is_dir()
   again = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600)

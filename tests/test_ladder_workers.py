@@ -155,10 +155,10 @@ def test_two_local_workers_finish_the_tiny_ladder_each_run_once(tiny, tmp_path):
   out = (tmp_path / "k2.log").read_text()
   assert "2 local workers" in out
   rows = _assert_each_run_once(c, plan)
-  claims = CLAIM.findall(out)
-  assert sorted(run for _, run, _, _ in claims) == sorted(rows)  # every run claimed once
-  assert len({w for w, _, _, _ in claims}) == 2 == len({r["worker"] for r in rows.values()})
-  assert f"ladder  finished: {len(rows)} runs done, 0 failed" in out
+  assert len({r["worker"] for r in rows.values()}) == 2
+  assert all(r["attempts"] == 1 for r in rows.values())  # every run claimed once
+  assert out.count(f"ladder  finished: {len(rows)} runs done, 0 failed") == 1
+  assert "os.fork()" not in out
 
 
 def _victim(c, pid, deadline):

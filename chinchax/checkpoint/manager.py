@@ -7,15 +7,33 @@ the checks it applies live in :mod:`chinchax.checkpoint.integrity`.
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
+import shutil
 
 import jax
 import orbax.checkpoint as ocp
 
 from chinchax import console
+from chinchax import diskfull
 from chinchax import paths as paths_lib
 from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, first_line,
                                            read_failure, saved_steps, state_sums, verify_sums)
+
+
+class _OrbaxErrors(logging.Filter):
+  """Drops orbax's own ERROR records (tracebacks of a failed background write): the
+  :class:`Checkpointer` reports the failure once, as one line, where it surfaces."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not (record.levelno >= logging.ERROR and "orbax" in record.pathname
+                or record.name == "asyncio" and "orbax" in record.getMessage())
+
+
+def _quiet_orbax_errors() -> None:
+  for logger in (logging.getLogger("absl"), logging.getLogger("asyncio")):
+    if not any(isinstance(f, _OrbaxErrors) for f in logger.filters):
+      logger.addFilter(_OrbaxErrors())
 
 
 class Checkpointer:
@@ -48,6 +66,8 @@ class Checkpointer:
       options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every,
                                              enable_async_checkpointing=True, create=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self._pending = None  # (step, bytes of the state) of the newest save started
+    _quiet_orbax_errors()
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -65,11 +85,32 @@ class Checkpointer:
     try:
       saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
     except Exception as e:  # noqa: BLE001 — orbax reports a failed earlier async write here
-      raise CheckpointError(f"saving the checkpoint of step {step} in {self.directory} failed "
-                            f"({first_line(e)}); {self._last_complete()}") from None
+      failed = self._pending[0] if self._pending else step  # that earlier write's step
+      raise self._write_error(e, failed) from None
     if saved:
-      self._record_sums(step, sums)
+      self._pending = (step, sum(int(x.nbytes) for x in jax.tree.leaves(state)))
+      try:
+        self._record_sums(step, sums)
+      except OSError as e:
+        if not diskfull.is_disk_full(e):
+          raise
+        raise self._write_error(e, step) from None
     return saved
+
+  def _write_error(self, e: Exception, step: int) -> Exception:
+    """The one-line error of a failed write of the checkpoint of ``step``: DiskFull (naming
+    the space a checkpoint needs; its partial files removed) or CheckpointError."""
+    last = self._last_complete()
+    if diskfull.is_disk_full(e):
+      free = diskfull.free_bytes(self.directory)  # before the partial checkpoint is removed
+      if jax.process_index() == 0 and not paths_lib.is_url(self.directory):
+        for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
+          shutil.rmtree(partial, ignore_errors=True)
+      needed = self._pending[1] if self._pending else None
+      return diskfull.disk_full(f"saving the checkpoint of step {step}", self.directory,
+                                needed, then=last, free=free)
+    return CheckpointError(f"saving the checkpoint of step {step} in {self.directory} failed "
+                           f"({first_line(e)}); {last}")
 
   def _last_complete(self) -> str:
     """Where the newest complete checkpoint is, in words (after pending writes end)."""
@@ -169,6 +210,8 @@ class Checkpointer:
     try:
       self.manager.wait_until_finished()
     except Exception as e:  # noqa: BLE001 — orbax / tensorstore write errors
+      if self._pending:
+        raise self._write_error(e, self._pending[0]) from None
       raise CheckpointError(f"writing a checkpoint in {self.directory} failed ({first_line(e)});"
                             f" {self._last_complete()}") from None
     finally:

@@ -27,6 +27,7 @@ import io
 import sys
 
 from chinchax import console
+from chinchax import diskfull
 from chinchax import errors
 from chinchax import interrupts
 from chinchax.cli import flags
@@ -122,3 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     console.discard(sys.stdout)
     # Done, only the output was cut: 0. Stopped part-way: 141 (128 + SIGPIPE), as a shell says.
     return 0 if finished else 141
+  except OSError as e:  # a full disk where no step names it (a ladder lease, the fit's files)
+    if not diskfull.is_disk_full(e):
+      raise
+    print(f"error: the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}); "
+          f"{diskfull.size(diskfull.free_bytes(e.filename or '.') or 0)} are free; free some "
+          f"space and rerun the same command (what was written before is kept)", file=sys.stderr)
+    return errors.USER_ERROR_EXIT_CODE

@@ -26,6 +26,7 @@ from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
 from chinchax import errors
+from chinchax import interrupts
 from chinchax import ladder as ladder_lib
 from chinchax import paths as paths_lib
 from chinchax import runtime
@@ -33,7 +34,45 @@ from chinchax.cli import fit as fit_cli
 from chinchax.cli import flags as flags_lib
 
 
-def _fit(config, table, devices=None) -> None:
+def _fit_once(config, table, devices=None, validate: bool = True) -> None:
+  """:func:`_fit` under this process's claim of the table's fit (``ladder_lib.claim_fit``):
+  withdrawn when the fit is interrupted or fails, so that a rerun fits the table again."""
+  try:
+    _fit(config, table, devices, validate)
+  except BaseException:
+    ladder_lib.settle_fit_claim(table, done=False)
+    raise
+  ladder_lib.settle_fit_claim(table, done=True)
+
+
+def _finish(config, table, devices=None, may_fit: bool = True, died=()) -> int:
+  """Names the failed runs, fits the table (``may_fit``: this process holds its fit claim) and
+  trains the validation run when no run failed; returns the exit status (module doc)."""
+  lc = config.ladder
+  failed = ladder_lib.failed_rows(table)
+  for row in failed:
+    console.warn(f"run {row['run_id']} failed ({row.get('attempts', 1)} attempt(s)): "
+                 f"{row.get('error', '')}")
+  if lc.fit and may_fit:
+    if failed:  # a partial fit is validated by nothing, least of all by an earlier fit's run
+      rows = ladder_lib.ResultsTable(table)
+      for run_id in sorted(i for i, r in rows.rows.items() if r.get("role") == "validation"):
+        console.warn(f"the validation run {run_id} was planned from an earlier fit; its row "
+                     f"moved to {rows.set_aside(run_id)}")
+    _fit_once(config, table, devices, validate=lc.validate and not failed)
+  if failed:
+    console.warn(f"{len(failed)} of the ladder's runs failed ("
+                 f"{', '.join(r['run_id'] for r in failed)}): the fit leaves them out and no "
+                 f"validation run is trained from it; fix the cause and rerun the same command "
+                 f"(a run is retried until it has failed ladder.max_attempts={lc.max_attempts} "
+                 f"times; move its rows/<run>.json away to retry it beyond that)")
+    return ladder_lib.RUNS_FAILED_EXIT_CODE
+  for line in died:
+    console.warn(f"{line}; the other workers recorded every run")
+  return ladder_lib.WORKER_DIED_EXIT_CODE if died else 0
+
+
+def _fit(config, table, devices=None, validate: bool = True) -> None:
   """Approaches 1–3 (an IsoTime ladder: the step-time predictors, loss from shape and time,
   wider vs deeper; ``analysis.isotime``) on the table into ``fit/`` beside it, then
   (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison,
@@ -54,7 +93,7 @@ def _fit(config, table, devices=None) -> None:
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
     return
-  if lc.validate:
+  if validate:
     plan = plan or ladder_lib.prepare(config, devices, check_data=False)
     if ladder_lib.run_validation(plan, out / "fit.json") is not None:
       if timed:
@@ -85,8 +124,10 @@ def _pin_to_first_core(lc) -> set[int] | None:
 def main(argv: list[str]) -> int:
   """Runs the ladder's missing runs, then (``ladder.fit``) Approaches 1–3 on its table, once.
 
-  Returns 0, or 75 when a worker was preempted after a checkpoint (rerun to
-  resume).
+  Returns the exit status: 0 every run done (and fitted), 1 local workers ended with runs
+  not recorded, 3 some runs failed (the rest fitted, no validation run), 4 a local worker
+  died but the others recorded every run (fitted and validated), 75 preempted and 130
+  interrupted after a checkpoint (rerun the same command to resume).
 
   Raises:
     UserError: bad flags or config, a corpus too small for the grid.
@@ -115,23 +156,46 @@ def main(argv: list[str]) -> int:
     console.say(ladder_lib.finish_line(plan))
     return 0
   if local_workers:
-    plan = ladder_lib.prepare(config, worker_devices)  # builds the token store once, first
-    ladder_lib.describe(plan)
-    code = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus,
-                                        available=machine_cores)
-    console.say(ladder_lib.finish_line(plan))
-    if code == 0 and lc.fit and ladder_lib.claim_fit(plan.workdir / "results.jsonl"):
-      # An IsoTime validation run trains on a worker's devices: the step-time predictor was
-      # fitted on those.
-      _fit(config, plan.workdir / "results.jsonl",
-           worker_devices if lc.budget_kind == "seconds" else jax.devices())
-    return code
+    return _run_local(config, argv, worker_devices, machine_cores)
+  if ladder_lib.is_local_worker():
+    ladder_lib.die_with_parent()
   distributed_lib.install_sigterm_handler()
   try:
     table = ladder_lib.run_ladder(config)
   except distributed_lib.Preempted as e:
-    console.say(str(e), stream=sys.stderr, enabled=console.primary())
-    return distributed_lib.PREEMPTED_EXIT_CODE
-  if lc.fit and console.primary() and (ladder_lib.claim_fit(table) or not lc.worker):
-    _fit(config, table)
-  return 0
+    if not ladder_lib.is_local_worker():  # a local worker's parent reports it, once
+      console.say(str(e), stream=sys.stderr, enabled=console.primary())
+    return (interrupts.INTERRUPTED_EXIT_CODE if isinstance(e, interrupts.Interrupted)
+            else distributed_lib.PREEMPTED_EXIT_CODE)
+  if not console.primary():
+    return 0
+  return _finish(config, table, may_fit=ladder_lib.claim_fit(table) or not lc.worker)
+
+
+def _run_local(config, argv, worker_devices, machine_cores) -> int:
+  """The ladder on ``ladder.workers`` local worker processes, then its fit (module doc)."""
+  lc = config.ladder
+  plan = ladder_lib.prepare(config, worker_devices)  # builds the token store once, first
+  ladder_lib.describe(plan)
+  bar = ladder_lib.LadderProgress(plan) if lc.progress else None
+  result = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus,
+                                        available=machine_cores, progress=bar,
+                                        say=console.say)
+  if result.interrupted:
+    console.say(interrupts.message(), stream=sys.stderr)
+    return interrupts.INTERRUPTED_EXIT_CODE
+  plan.table.refresh()
+  console.say(ladder_lib.finish_line(plan))
+  table = plan.workdir / "results.jsonl"
+  if any(r.run_id not in plan.table.rows for r in plan.runs):  # the workers stopped early
+    if result.stopped or distributed_lib.PREEMPTED_EXIT_CODE in result.codes:
+      console.say("preempted: the runs in progress were checkpointed; relaunch the same "
+                  "command to resume", stream=sys.stderr)
+      return distributed_lib.PREEMPTED_EXIT_CODE
+    console.warn(f"{'; '.join(result.died())}; rerun the same command to resume the runs not "
+                 f"recorded yet")
+    return ladder_lib.INCOMPLETE_EXIT_CODE
+  # An IsoTime validation run trains on a worker's devices: the step-time predictor was
+  # fitted on those.
+  return _finish(config, table, worker_devices if lc.budget_kind == "seconds" else jax.devices(),
+                 may_fit=ladder_lib.claim_fit(table), died=result.died())

@@ -43,6 +43,7 @@ import time
 import numpy as np
 
 from chinchax import console
+from chinchax import diskfull
 from chinchax import paths as paths_lib
 from chinchax.data import remote as remote_lib
 from chinchax.data import shards as shards_lib
@@ -180,7 +181,12 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
   except sources_lib.DataError:  # deterministic: a rerun would fail the same way
     shutil.rmtree(partial, ignore_errors=True)
     raise
-  except Exception:
+  except Exception as e:
+    if diskfull.is_disk_full(e):  # finished shards are kept: a rerun resumes after them
+      raise diskfull.disk_full(
+          "building the token store", partial, 2 * info.bytes,
+          then="the shards tokenized so far are kept (at most 2 bytes per byte of text are "
+               "needed)") from None
     if store_lib.is_complete(final):  # another process finished the same store meanwhile
       return final
     raise

@@ -15,17 +15,23 @@ and trains a held-out validation run at a larger budget with the fitted law's
 N_opt (:mod:`~chinchax.ladder.validation`).
 """
 
-from chinchax.ladder.driver import describe, finish_line, run_ladder
+from chinchax.ladder.driver import (INCOMPLETE_EXIT_CODE, RUNS_FAILED_EXIT_CODE,
+                                    WORKER_DIED_EXIT_CODE, describe, failed_rows, finish_line,
+                                    run_ladder)
 from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladder
 from chinchax.ladder.lease import Lease, Leases, worker_id
-from chinchax.ladder.local import run_local_workers, worker_command
+from chinchax.ladder.local import (LocalResult, die_with_parent, is_local_worker,
+                                   run_local_workers, worker_command)
+from chinchax.ladder.progress import LadderProgress
 from chinchax.ladder.table import ResultsTable
 from chinchax.ladder.tuning import tuned
 from chinchax.ladder.validation import plan_validation, run_validation
 from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, prepare, run_states,
-                                    train_run, work)
+                                    settle_fit_claim, train_run, work)
 
 __all__ = [
+    "INCOMPLETE_EXIT_CODE", "RUNS_FAILED_EXIT_CODE", "WORKER_DIED_EXIT_CODE", "LadderProgress",
+    "LocalResult", "die_with_parent", "failed_rows", "is_local_worker", "settle_fit_claim",
     "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
     "describe", "finish_line", "plan_runs", "plan_validation", "prepare", "run_config",
     "run_ladder", "run_local_workers", "run_states", "run_validation", "train_run", "tuned",

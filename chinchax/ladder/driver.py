@@ -15,8 +15,23 @@ import jax
 
 from chinchax import console
 from chinchax.train.metrics import log_spaced_steps
+import chinchax.ladder.table as table_lib
 import chinchax.ladder.tuning as tuning
 import chinchax.ladder.worker as worker_lib
+
+
+# Exit statuses of `chinchax ladder` besides 0 (every run done), 2 (a user error), 75 (preempted)
+# and 130 (Ctrl-C); each is explained in one line when it happens.
+INCOMPLETE_EXIT_CODE = 1   # local workers ended (died) with runs not recorded: rerun to resume
+RUNS_FAILED_EXIT_CODE = 3  # every run recorded, some failed: the rest fitted, no validation run
+WORKER_DIED_EXIT_CODE = 4  # a local worker died, the others recorded every run: fitted, validated
+
+
+def failed_rows(table_path: pathlib.Path) -> list[dict]:
+  """The grid runs recorded ``failed`` in the table at ``table_path`` (not the validation run)."""
+  rows = table_lib.ResultsTable(table_path).rows.values()
+  return sorted((r for r in rows if r.get("status") != "done" and r.get("role") != "validation"),
+                key=lambda r: r["run_id"])
 
 
 def describe(plan: worker_lib.LadderPlan) -> None:

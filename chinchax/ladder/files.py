@@ -39,10 +39,14 @@ def unique_path(path: pathlib.Path) -> pathlib.Path:
 def _written_aside(path: pathlib.Path, text: str) -> pathlib.Path:
   """A unique sibling of ``path`` holding ``text``, flushed to the disk (or the NFS server)."""
   tmp = unique_path(path)
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
+  try:
+    with open(tmp, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+  except BaseException:  # e.g. a full disk: no half-written temporary file is left
+    tmp.unlink(missing_ok=True)
+    raise
   return tmp
 
 

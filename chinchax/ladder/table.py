@@ -23,17 +23,37 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sys
 
 import chinchax.ladder.files as files
 
 ROWS_DIR = "rows"
+STALE_ROWS_DIR = "stale-rows"  # rows taken out of the table (a validation run of an older fit)
 
 
 def _read_row(path: pathlib.Path) -> dict | None:
+  """A row file's row; None when there is none. A damaged one (truncated: not a JSON row with
+  a ``run_id``) is renamed ``<run>.json.damaged`` with one warning, and its run is trained
+  again (resuming from its checkpoints)."""
   try:
-    return json.loads(path.read_text())
+    text = path.read_text()
   except FileNotFoundError:
     return None
+  try:
+    row = json.loads(text)
+  except ValueError:
+    row = None
+  if isinstance(row, dict) and "run_id" in row:
+    return row
+  damaged = path.with_name(path.name + ".damaged")
+  try:
+    path.rename(damaged)
+  except FileNotFoundError:  # another worker set it aside first
+    return None
+  print(f"warning: {path} is damaged ({len(text)} bytes, not a JSON row: truncated?); moved to "
+        f"{damaged}; its run will be trained again from its checkpoints", file=sys.stderr,
+        flush=True)
+  return None
 
 
 def _order(row: dict):
@@ -101,6 +121,19 @@ class ResultsTable:
     self.rows_dir.mkdir(parents=True, exist_ok=True)
     files.write_atomic(self._row_path(row["run_id"]), json.dumps(row))
     self.merge()
+
+  def set_aside(self, run_id: str) -> pathlib.Path:
+    """Moves one run's row file to ``stale-rows/`` beside ``rows/`` (kept, no longer in the
+    table), merges ``results.jsonl`` and returns where the row went."""
+    dest_dir = self.path.parent / STALE_ROWS_DIR
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest, n = dest_dir / f"{run_id}.json", 1
+    while dest.exists():
+      dest, n = dest_dir / f"{run_id}.{n}.json", n + 1
+    self._row_path(run_id).rename(dest)
+    self.rows.pop(run_id, None)
+    self.merge()
+    return dest
 
   def merge(self) -> pathlib.Path:
     """Rewrites ``results.jsonl`` from the row files until a re-read finds nothing new."""

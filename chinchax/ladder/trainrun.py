@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 import traceback
 
 from chinchax import budget
+from chinchax import diskfull
 from chinchax import distributed as distributed_lib
 from chinchax import errors
 from chinchax import train as train_lib
+from chinchax.train.metrics import read_lines
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isoclock as isoclock
 import chinchax.ladder.isotime as isotime
@@ -22,12 +23,9 @@ from chinchax.ladder.plan import LadderPlan
 def _eval_curve(workdir: pathlib.Path, n_params: int, tokens_per_step: int) -> list[list[float]]:
   """[[FLOPs seen (6·N·tokens), eval loss], ...] from a run's metrics.jsonl."""
   curve = []
-  path = workdir / "metrics.jsonl"
-  if path.exists():
-    for line in path.read_text().splitlines():
-      row = json.loads(line)
-      if "eval_loss" in row:
-        curve.append([6.0 * n_params * row["step"] * tokens_per_step, row["eval_loss"]])
+  for _, row in read_lines(workdir / "metrics.jsonl"):
+    if "eval_loss" in row:
+      curve.append([6.0 * n_params * row["step"] * tokens_per_step, row["eval_loss"]])
   return curve
 
 
@@ -90,8 +88,8 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
                                    cfg.train.global_batch_size * cfg.train.seq_len))
       row["final_eval_bits_per_byte"] = (summary["final_eval_bits_per_byte"]
                                          * row["final_eval_loss"] / summary["final_eval_loss"])
-  except (KeyboardInterrupt, distributed_lib.Preempted):
-    raise
+  except (KeyboardInterrupt, distributed_lib.Preempted, diskfull.DiskFull):
+    raise  # not the run's failure: it resumes once the stop (or the full disk) is over
   except Exception as e:  # one failed run must not stop the ladder
     row.update({"status": "failed", "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc(limit=5), "wall_time_s": time.time() - t0})

@@ -22,13 +22,13 @@ the fit's report says the points are best-of-K.
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 
 import numpy as np
 
 from chinchax import config as config_lib
+from chinchax.train.metrics import read_lines
 
 
 def multipliers(lc) -> tuple[float, ...]:
@@ -105,13 +105,10 @@ def trial_curves(workdir: pathlib.Path, n_params: int, tokens_per_step: int, k: 
   """Each trial's eval curve [[FLOPs seen (6·N·tokens), eval loss], ...] (NaN: diverged), read
   from the ``trial_eval_loss`` lists of a trials run's metrics.jsonl."""
   curves = [[] for _ in range(k)]
-  path = workdir / "metrics.jsonl"
-  if path.exists():
-    for line in path.read_text().splitlines():
-      row = json.loads(line)
-      for i, loss in enumerate(row.get("trial_eval_loss") or ()):
-        curves[i].append([6.0 * n_params * row["step"] * tokens_per_step,
-                          math.nan if loss is None else loss])
+  for _, row in read_lines(workdir / "metrics.jsonl"):
+    for i, loss in enumerate(row.get("trial_eval_loss") or ()):
+      curves[i].append([6.0 * n_params * row["step"] * tokens_per_step,
+                        math.nan if loss is None else loss])
   return curves
 
 

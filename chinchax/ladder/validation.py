@@ -66,7 +66,9 @@ def train_validation(plan: worker_lib.LadderPlan, run: grid.LadderRun,
   """Trains (or finds) the validation run; returns its row, or None when it cannot run.
 
   A finished row of the same run in the table is returned as is (a rerun of
-  the ladder trains it once). The run holds a lease like any grid run, so two
+  the ladder trains it once); the row of another validation run (planned from an
+  earlier fit, e.g. before a failed run was fixed) is moved out of the table. The
+  run holds a lease like any grid run, so two
   processes never train it at once; one that finds it leased returns None.
   A run the law places outside what the ladder can train (fewer than
   ``ladder.min_steps`` steps, more tokens than the corpus) is skipped with a
@@ -80,6 +82,11 @@ def train_validation(plan: worker_lib.LadderPlan, run: grid.LadderRun,
   """
   table = plan.table
   table.refresh()
+  for stale in sorted(i for i, r in table.rows.items()
+                      if r.get("role") == "validation" and i != run.run_id):
+    dest = table.set_aside(stale)  # an earlier fit's validation run: not this fit's test
+    console.warn(f"the validation run {stale} was planned from an earlier fit; its row moved "
+                 f"to {dest}")
   row = table.row(run.run_id)
   if row is not None and row.get("status") == "done":
     return row

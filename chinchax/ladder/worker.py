@@ -28,11 +28,14 @@ import math
 import os
 import pathlib
 import signal
+import socket
 import threading
 import time
 
 from chinchax import console
+from chinchax import diskfull
 from chinchax import distributed as distributed_lib
+from chinchax import interrupts
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.lease as lease_lib
@@ -139,6 +142,8 @@ def work(plan: LadderPlan, *, owner: str | None = None, on_claim=None, on_row=No
   table, leases = plan.table, plan.leases(owner)
   report, failed_here = WorkerReport(owner), set()
   while True:
+    if distributed_lib.stop_requested():  # SIGTERM or Ctrl-C after a run ended: no new one
+      raise interrupts.stop_error(None, None)
     table.refresh()
     order = _claim_order(plan, table, failed_here)
     if not order:
@@ -220,12 +225,18 @@ def run_under_lease(plan, r, held: lease_lib.Lease, heartbeat_s: float) -> dict 
   """Trains ``r`` while a thread renews ``held``; its row, or None when the lease was lost.
 
   Raises:
-    Preempted, KeyboardInterrupt: after releasing the lease (the run resumes
+    Preempted, KeyboardInterrupt, DiskFull: after releasing the lease (the run resumes
       from its checkpoint on whichever worker claims it next).
   """
   try:
     with _Heartbeat(held, heartbeat_s) as hb:
       row = train_run(plan, r, held.attempt, held.owner)
+  except diskfull.DiskFull:  # the run is kept for a rerun, its attempt not spent
+    try:
+      held.release("preempted")
+    except OSError:  # still full: the lease expires after ladder.lease_expiry_s
+      pass
+    raise
   except (distributed_lib.Preempted, KeyboardInterrupt) as e:
     if isinstance(e, KeyboardInterrupt) or not hb.lost:
       held.release("preempted")
@@ -257,7 +268,9 @@ def claim_fit(table_path: pathlib.Path) -> bool:
   """True for exactly one caller once the ladder is settled (every run recorded, no live lease).
 
   The claim is keyed by the table's content (run ids, statuses, attempts), so a
-  later change of the table (a retried run) can be fitted again.
+  later change of the table (a retried run) can be fitted again. The claimer calls
+  :func:`settle_fit_claim` when its fit ends; a claim on this host whose process died
+  before that is taken over by the next caller.
   """
   workdir = files.as_path(table_path).parent
   grid_path = workdir / GRID_FILE
@@ -270,9 +283,58 @@ def claim_fit(table_path: pathlib.Path) -> bool:
   leases = lease_lib.Leases(workdir / lease_lib.LEASES_DIR, "fit", math.inf)
   if any(leases.state(i)[0] == "held" for i in run_ids):
     return False
-  key = json.dumps([(i, rows[i].get("status"), rows[i].get("attempts", 1)) for i in run_ids])
-  claims = workdir / FIT_CLAIMS_DIR
-  claims.mkdir(exist_ok=True)
+  claim = _fit_claim_path(workdir, run_ids, rows)
+  claim.parent.mkdir(exist_ok=True)
   table_lib.ResultsTable(table_path, run_ids).merge()
-  return files.create_exclusive(claims / hashlib.sha256(key.encode()).hexdigest()[:16],
-                                lease_lib.worker_id())
+  mine = json.dumps({"owner": lease_lib.worker_id(), "done": False})
+  if files.create_exclusive(claim, mine):
+    return True
+  owner = _claim_content(claim).get("owner", "")
+  host, _, pid = owner.rpartition("-")
+  if (_claim_content(claim).get("done", True) or host != socket.gethostname()
+          or not pid.isdigit() or _alive(int(pid))):
+    return False
+  # A fit on this host whose process died (e.g. killed) before it finished: take it over once.
+  if not files.create_exclusive(claim.with_name(f"{claim.name}.after-{pid}"), mine):
+    return False
+  files.write_atomic(claim, mine)
+  return True
+
+
+def _fit_claim_path(workdir, run_ids, rows):
+  key = json.dumps([(i, rows[i].get("status"), rows[i].get("attempts", 1)) for i in run_ids])
+  return workdir / FIT_CLAIMS_DIR / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _claim_content(claim) -> dict:
+  """A fit claim's content; an older plain-text claim (its owner) counts as a finished fit."""
+  try:
+    content = json.loads(claim.read_text())
+  except (OSError, ValueError):
+    return {"done": True}
+  return content if isinstance(content, dict) else {"done": True}
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def settle_fit_claim(table_path: pathlib.Path, done: bool) -> None:
+  """Marks this process's claim of the table's fit finished (``done``), or withdraws it (the fit
+  was interrupted or failed: a rerun of the ladder fits again)."""
+  workdir = files.as_path(table_path).parent
+  run_ids = json.loads((workdir / GRID_FILE).read_text())
+  rows = table_lib.ResultsTable(table_path, run_ids).rows
+  claim = _fit_claim_path(workdir, run_ids, rows)
+  if _claim_content(claim).get("owner") != lease_lib.worker_id():
+    return
+  if done:
+    files.write_atomic(claim, json.dumps({"owner": lease_lib.worker_id(), "done": True}))
+  else:
+    claim.unlink()

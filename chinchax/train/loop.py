@@ -23,6 +23,7 @@ from chinchax import checkpoint as checkpoint_lib
 from chinchax import config as config_lib
 from chinchax import console
 from chinchax import distributed as distributed_lib
+from chinchax import diskfull
 from chinchax import errors
 from chinchax import interrupts
 from chinchax import paths as paths_lib
@@ -137,7 +138,7 @@ def _save(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, st
   log.metrics.sync()  # every row so far is in metrics.jsonl before the checkpoint can commit
   try:
     ckpt.save(done, state, force=force)
-  except checkpoint_lib.CheckpointError:
+  except (checkpoint_lib.CheckpointError, diskfull.DiskFull):
     log.close()
     raise
 
@@ -285,7 +286,14 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   evaluate = (trials_lib.TrialsEvaluator(single, data, config.train.curve_eval_windows,
                                          len(trials)) if trials
               else Evaluator(program, data, config.train.curve_eval_windows))
-  state = _run_steps(config, program, data, state, start_step, ckpt, log, evaluate)
+  try:
+    state = _run_steps(config, program, data, state, start_step, ckpt, log, evaluate)
+  except diskfull.DiskFull:  # a metrics row: pending checkpoint writes end before the error line
+    try:
+      ckpt.wait_and_close()
+    except Exception:  # noqa: BLE001 — the disk is full: the error being raised says so
+      pass
+    raise
 
   if math.isnan(log.eval_loss):
     log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state)

@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 
+from chinchax import console
+from chinchax import diskfull
 from chinchax import paths as paths_lib
 from chinchax import tblog
 
@@ -28,6 +30,36 @@ def log_spaced_steps(steps: int, n: int, from_fraction: float = 0.0) -> set[int]
     return set()
   first = max(1.0, from_fraction * steps)
   return {int(s) for s in np.unique(np.round(np.geomspace(first, steps, n)).astype(int))}
+
+
+def read_lines(path, warn: bool = True) -> list[tuple[str, dict]]:
+  """The rows of a metrics.jsonl as (line, row); [] when the file does not exist.
+
+  A line that is not a JSON object (the half-written last line of a run killed
+  mid-write, or a line damaged otherwise) is left out, with one warning naming
+  the file and the line(s) when ``warn``.
+  """
+  if not path.exists():
+    return []
+  out, bad = [], []
+  lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()  # local or gs://
+  for i, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except ValueError:
+      row = None
+    if isinstance(row, dict) and isinstance(row.get("step", 0), int):
+      out.append((line, row))
+    else:
+      bad.append(i)
+  if bad and warn:
+    which = (f"its last line ({bad[0]}) is half-written" if bad == [len(lines)]
+             else f"line(s) {', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''} "
+                  f"of {len(lines)} are not JSON rows")
+    console.warn(f"{path}: {which} (a run stopped mid-write?); left out")
+  return out
 
 
 class MetricsLog:
@@ -56,12 +88,13 @@ class MetricsLog:
     self.last_loss = float("nan")
     self.last_trial_loss = None  # a trials run's last per-trial train losses (None: NaN)
     if path.exists():
-      keep = [l for l in path.read_text().splitlines()
-              if l.strip() and json.loads(l).get("step", 0) <= resume_step]
-      losses = [json.loads(l)["loss"] for l in keep if "loss" in json.loads(l)]
+      kept = [(l, row) for l, row in read_lines(path, warn=enabled)
+              if row.get("step", 0) <= resume_step]  # a torn last line is dropped here
+      keep = [l for l, _ in kept]
+      losses = [row["loss"] for _, row in kept if "loss" in row]
       if losses:
         self.last_loss = float(losses[-1])
-      trial = [json.loads(l)["trial_loss"] for l in keep if "trial_loss" in json.loads(l)]
+      trial = [row["trial_loss"] for _, row in kept if "trial_loss" in row]
       if trial:
         self.last_trial_loss = trial[-1]
       self._lines = keep if self._object else []
@@ -85,8 +118,15 @@ class MetricsLog:
       if time.monotonic() - self._rewritten_at >= OBJECT_REWRITE_S:
         self.sync()
     else:
-      with self.path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
+      line = json.dumps(row) + "\n"
+      try:
+        with self.path.open("a") as f:
+          f.write(line)
+      except OSError as e:
+        if not diskfull.is_disk_full(e):
+          raise
+        raise diskfull.disk_full(f"writing the metrics row of step {row.get('step')}",
+                                 self.path, len(line)) from None
     self.tb.write(row)
 
   def sync(self) -> None:
