@@ -221,3 +221,19 @@ def test_shape_family_round_trips_into_the_shape_rule():
   assert rule == shapes_lib.PRESETS["ladder"] and tied
   h, lr = plan_recipe.rule_hparams(rec, 20_000, 2.4e12, 64, 1)
   assert lr == pytest.approx(hparams_lib.DEEPSEEK_LR_COEF * 2.4e12 ** -0.125)
+
+
+def test_a_tuned_ladder_records_each_points_lr_and_plan_applies_the_median(tmp_path):
+  rows = [{"run_id": f"r{i}", "status": "done", "C_budget": 1e11, "N": 1e4 * (i + 1),
+           "recipe": _run_recipe(), "best_peak_lr": 0.01 * m, "best_lr_mult": m}
+          for i, m in enumerate((0.5, 2.0, 2.0))]
+  path = tmp_path / "results.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  from analysis import recipe as analysis_recipe
+  from chinchax.planning import recipe as plan_recipe
+  rec = analysis_recipe.table_recipe(str(path))
+  tuned = rec["hparams"]["tuned"]
+  assert [p["peak_lr"] for p in tuned["points"]] == [0.005, 0.02, 0.02]
+  assert tuned["median_lr_mult"] == 2.0
+  h, lr = plan_recipe.rule_hparams(rec, 20_000, 2.4e12, 64, 1)
+  assert lr == pytest.approx(2.0 * h.peak_lr) and h.peak_lr == pytest.approx(0.3118 * 2.4e12 ** -0.125)
