@@ -236,4 +236,5 @@ def test_a_tuned_ladder_records_each_points_lr_and_plan_applies_the_median(tmp_p
   assert [p["peak_lr"] for p in tuned["points"]] == [0.005, 0.02, 0.02]
   assert tuned["median_lr_mult"] == 2.0
   h, lr = plan_recipe.rule_hparams(rec, 20_000, 2.4e12, 64, 1)
-  assert lr == pytest.approx(2.0 * h.peak_lr) and h.peak_lr == pytest.approx(0.3118 * 2.4e12 ** -0.125)
+  assert lr == pytest.approx(2.0 * h.peak_lr)
+  assert h.peak_lr == pytest.approx(0.3118 * 2.4e12 ** -0.125)

@@ -155,11 +155,12 @@ def _recipe_lines(plan: Plan) -> list[str]:
   tuned = (hp.get("tuned") or {}).get("median_lr_mult") if isinstance(hp, dict) else None
   out = [f"  recipe         the law's: shape family {fam_name!r}, hparams rule {rule!r}"
          + (f" × tuned {tuned:g}" if tuned else "")
-         + f", init {model.get('init', '?')!r}, b2 {train.get('b2', '?')}, weight_decay "
-           f"{train.get('weight_decay', '?')}, data {data.get('source', '?')}/"
+         + f", init {model.get('init', '?')!r}"
+         + (f", b2 {train['b2']:g}" if "b2" in train else "")
+         + f", weight_decay {train.get('weight_decay', '?')}, data {data.get('source', '?')}/"
            f"{data.get('tokenizer', '?')}"]
   warn = recipe_lib.departure_warning(plan)
-  if warn:
+  if warn and warn not in plan.warnings:  # else it is printed once, as a warning
     out.append(f"  departures     {warn}")
   return out
 
