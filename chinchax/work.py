@@ -222,15 +222,15 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   / tensor float32 probabilities. The backward keeps (``model.remat``): ``none``
   every layer's forward tensors; ``dots`` each layer's input and matmul outputs
   (d_model + (4·n_heads·head_dim + 2·d_ff) / tensor); ``full`` each layer's input.
-  Without remat, materialised attention keeps a second float32 [n_heads, T, T] per
-  layer (the masked scores beside the probabilities: calibrated on
-  ``configs/train.py:125m`` on v5e-16 at M = 1, 2, 4, 8). With tensor > 1 each layer's input is held twice (as the previous layer's
-  all-reduced output and as the next one's saved input): one more d_model per
-  layer and token, calibrated on the tensor-parallel rows of
-  ``benchmarks/aot_memory.py``. The loss phase (float32 logits, 4 bytes per
-  position and vocab entry over tensor) and a layer's backward (its forward
-  tensors, recomputed under remat, and their gradients) do not overlap; the
-  larger counts.
+  Without remat, materialised attention keeps a second float32 [n_heads, T, T]
+  per layer (the masked scores beside the probabilities: calibrated on
+  ``configs/train.py:125m`` on v5e-16 at M = 1, 2, 4, 8). With tensor > 1 each
+  layer's input is held twice (as the previous layer's all-reduced output and as
+  the next one's saved input): one more d_model per layer and token, calibrated
+  on the tensor-parallel rows of ``benchmarks/aot_memory.py``. The loss phase
+  (float32 logits, ``profile.logits_bytes`` per position and vocab entry over
+  tensor: 4 on TPU, 8 on GPU) and a layer's backward (its forward tensors,
+  recomputed under remat, and their gradients) do not overlap; the larger counts.
 
   Microbatches (``train.microbatches`` M, gradient accumulation): the
   activations, a layer's backward and the loss phase hold one microbatch's
@@ -239,11 +239,10 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   accumulator, 4 bytes per parameter over fsdp × tensor (``accumulation``).
 
   Chunked loss (``loss_chunk`` C > 0 positions, ``train.loss_chunk_size``
-  resolved by :func:`resolve_loss_chunk`): the loss phase holds the logits
-  of one chunk, rows × min(C, T) positions instead of rows × T, each 4 bytes
-  per vocab entry over tensor, as above (the checkpointed chunk's forward and
-  its gradient are counted by that same per-entry figure, which was calibrated on
-  unchunked steps where XLA keeps one float32 [rows, T, V] buffer for both).
+  resolved by :func:`resolve_loss_chunk`): the loss phase holds the logits of
+  one chunk, rows × min(C, T) positions instead of rows × T, at the same bytes
+  per logit (the checkpointed chunk's forward and its gradient, as the whole
+  logits and their gradient unchunked).
 
   Checked against XLA's compiled memory in ``benchmarks/aot_memory.py`` (the
   AOT memory table of docs/compile-tpu.md).
@@ -280,7 +279,7 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   gathered = a * (live_layers * layer_weights + embed) / tensor if fsdp > 1 else \
       a * n / tensor
   loss_positions = rows * (min(loss_chunk, shape.seq_len) if loss_chunk else shape.seq_len)
-  loss = loss_positions * 4 * shape.vocab_size / tensor
+  loss = loss_positions * profile.logits_bytes * shape.vocab_size / tensor
   return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
                         gathered_weights=gathered,
                         activations=tokens * shape.n_layers * saved,
@@ -293,8 +292,9 @@ def recompute_factor(shape: budget.ModelShape, remat: str = "none", *, causal_sk
   """Executed over model matmul FLOPs of a train step (per token, so independent of M):
   ``full`` remat runs every layer's forward again in the backward (+1/3 of forward +
   backward, the head's included for simplicity), ``dots`` only the attention score and
-  value matmuls (whose batch dims keep them from being saved); a chunked loss (``loss_chunk`` > 0) recomputes the output
-  projection's forward (2·d_model·V FLOPs per token) in the backward."""
+  value matmuls (whose batch dims keep them from being saved); a chunked loss
+  (``loss_chunk`` > 0) recomputes the output projection's forward (2·d_model·V FLOPs per
+  token) in the backward."""
   per_token = budget.executed_matmul_flops_per_token(shape, causal_skip=causal_skip)
   extra = 2.0 * shape.d_model * shape.vocab_size if loss_chunk else 0.0
   if remat == "full":

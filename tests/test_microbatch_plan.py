@@ -58,6 +58,9 @@ def test_memory_model_loss_chunk_by_hand():
   layer = 2 * (4 * 256 + (4 * 256 + 3 * 512) / 2)
   assert chunked.working == max(rows * 128 * 4 * 128256 / 2, rows * 1024 * 2 * layer)
   assert chunked.activations == full.activations and chunked.state == full.state
+  gpu = work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", loss_chunk=128,
+                                    profile=work.ExecutionProfile.for_kind("gpu"))
+  assert gpu.working == rows * 128 * 8 * 128256 / 2  # GPU: the logits and their gradient
   # A chunk longer than the sequence is the whole sequence.
   assert work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", profile=BF16_FLASH,
                                      loss_chunk=4096).working == full.working

@@ -213,7 +213,7 @@ def _ms(x: float | None) -> str:
 
 
 def _micro(r: dict) -> str:
-  """" = M 4 × microbatch 64, loss in chunks of 512" (what is not the default), for the run line."""
+  """The run line's " = M 4 × microbatch 64, loss in chunks of 512" (the non-defaults)."""
   m, chunk = r.get("microbatches", 1), r.get("loss_chunk", 0)
   return ((f" = M {m} × microbatch {r['microbatch_size']}" if m > 1 else "")
           + (f", loss in chunks of {chunk}" if chunk else ""))
@@ -227,7 +227,8 @@ def render(rep: dict) -> str:
            f", {_gb(tg['memory_per_device'])} HBM per device",
            f"run      d_model={r['d_model']} n_layers={r['n_layers']} n_heads={r['n_heads']} "
            f"d_ff={r['d_ff']} vocab={r['vocab_size']} N={r['N']:,}; batch "
-           f"{r['global_batch_size']} × {r['seq_len']}{_micro(r)}; mesh {r['mesh']}; remat={r['remat']}"
+           f"{r['global_batch_size']} × {r['seq_len']}{_micro(r)}; mesh {r['mesh']}; "
+           f"remat={r['remat']}"
            f"{' scan_layers' if r['scan_layers'] else ''} {r['compute_dtype']} "
            f"attention={r['attention']}"]
   for name in ("train_step", "eval_step"):
@@ -253,7 +254,8 @@ def render(rep: dict) -> str:
     ratio = rep.get("analytic_memory_ratio")
     of = (f"of {_gb(tg['memory_per_device'])}" if rep.get("headroom_of") != "XLA's available HBM"
           else "of XLA's available HBM")
-    lines.append(f"memory     {verdict} at M = {r.get('microbatches', 1)}: headroom {_gb(rep['headroom_bytes'])} "
+    lines.append(f"memory     {verdict} at M = {r.get('microbatches', 1)}: headroom "
+                 f"{_gb(rep['headroom_bytes'])} "
                  f"({100 * rep['headroom_fraction']:+.1f}%) {of}; "
                  f"analytic estimate {_gb(rep['analytic']['memory']['total'])}"
                  + (f" (× {ratio:.2f} of XLA's)" if ratio else ""))
