@@ -33,9 +33,11 @@ DEFERRED = {
         "only plan --calibrate needs the train stack; a plain plan starts in < 1 s",
     ("chinchax/cli/plan.py", "chinchax.aot.plancheck"):
         "only plan --aot compiles (JAX, libtpu); a plain plan starts in < 1 s",
+    ("chinchax/cli/sample.py", "chinchax.sample.run"):
+        "chinchax sample --help imports no JAX",
 }
 VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.planning", "chinchax.bench",
-         "chinchax.export", "chinchax.aot")
+         "chinchax.export", "chinchax.aot", "chinchax.sample")
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -1,4 +1,4 @@
-"""``chinchax <verb>``: train, ladder, plan, fit, prepare, export, bench, compile.
+"""``chinchax <verb>``: train, ladder, plan, fit, prepare, export, sample, bench, compile.
 
   chinchax train  [--config configs/train.py:VARIANT] [--config.model.d_model=128 ...]
   chinchax ladder [--config configs/ladder.py:VARIANT] [--config.ladder.c_max=3e12 ...]
@@ -6,6 +6,7 @@
   chinchax fit   RESULTS [--approach 1|2|3|all] [--out DIR]
   chinchax prepare [--config configs/train.py:VARIANT] [--config.data.tokenizer=bpe ...]
   chinchax export WORKDIR --format safetensors [--out DIR] [--step N]
+  chinchax sample WORKDIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-p P]
   chinchax bench [--config configs/bench.py:VARIANT] [--config.bench.timed_steps=10 ...]
   chinchax compile --topology v5e-16 | v5p-128 | h100x8 [--search] [--config configs/train.py:VARIANT]
 
@@ -35,7 +36,7 @@ from chinchax.cli import helptext
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
 # chosen one is imported: `chinchax plan` and `chinchax fit` start without JAX, Flax or orbax.
-VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "bench", "compile")
+VERBS = ("train", "ladder", "plan", "fit", "prepare", "export", "sample", "bench", "compile")
 # The config verbs' default config files (as in each one's main): their --help comes from the
 # config alone, without importing the verb and JAX (tests/test_cli_help.py keeps the two equal).
 CONFIG_VERBS = {"train": "train.py", "ladder": "ladder.py", "prepare": "train.py",
