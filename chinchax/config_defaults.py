@@ -76,6 +76,9 @@ def base_config() -> ml_collections.ConfigDict:
   t.peak_flops_per_device = 0.0   # FLOP/s peak for MFU; 0 = known accelerator table or CPU matmul calibration
   t.progress = True               # tqdm progress bar on process 0
   t.compiler_options = "auto"     # XLA options of the jitted programs: auto (chinchax's per backend; CPU: no YNNPACK dot fusions, train/compiler.py) | "" (XLA's defaults) | "xla_name=value,..."
+  t.profile_steps = 0             # > 0: a jax.profiler trace of this many steps into <workdir>/profile/ (xprof / TensorBoard's profile plugin); 0 = off
+  t.profile_first_step = 3        # the first step traced (1-based; never a call's first step, which compiles)
+  t.profile_all_processes = False # trace on every process, not only process 0
   t.stop_after_s = 0.0            # > 0: stop (evaluated and checkpointed, summary stopped_by_time) at the first step after this many seconds of timed training in this call (compilation, evals, checkpoints excluded); 0 = train all steps
   t.lr_multipliers = ""           # trials in one program: comma-separated multipliers of peak_lr, e.g. "0.5,1,2" ("" = one trial, ×1); see train/trials.py
   t.trial_seeds = ""              # trials in one program: comma-separated init seeds ("" = seed only); trials = lr_multipliers × trial_seeds, one shared batch stream

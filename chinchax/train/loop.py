@@ -37,6 +37,7 @@ import chinchax.train.step as step_lib
 import chinchax.train.trials as trials_lib
 from chinchax.train.evaluate import Evaluator
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
+from chinchax.train.profile import StepProfiler
 from chinchax.train.rundata import RunData, prepare_data
 from chinchax.train.steplog import StepLog
 from chinchax.train.summary import keep_measured_speed, report, summarize
@@ -85,9 +86,12 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
   """
   t, spec = config.train, program.spec
   eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
+  prof = StepProfiler(config, ckpt.directory.parent, start_step)  # train.profile_steps
   for step, local_batch in data.batches.iterator(start_step, num_threads=config.data.read_threads):
+    prof.before(step + 1)
     t_dispatch = time.perf_counter()
     state, metrics = program.step(state, program.global_batch(local_batch))
+    prof.after(step + 1, state)
     log.stepped(state, t_dispatch)
     log.watch(step + 1, metrics)
     done = step + 1
@@ -118,8 +122,10 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       log.flush()
       if ckpt.latest_step() != done:
         _save(config, log, ckpt, done, state, force=True)
+      prof.stop()
       _shut_down(ckpt, log)  # the command line reports it once, from the exception
       raise interrupts.stop_error(done, str(ckpt.directory.parent))
+  prof.stop()
   _shut_down(ckpt, log)
   return state
 
