@@ -206,9 +206,9 @@ def no_fit_warning(layout: Layout, shape: budget.ModelShape,
   return (f"nothing fits: even with remat={layout.remat} and M = {layout.microbatches} "
           f"microbatches of {layout.microbatch_size}, the estimate is {est.total / 1e9:.3g} GB "
           f"per device (model states {(est.state + est.accumulation) / 1e9:.3g} GB) against "
-          f"{(1 - MEMORY_HEADROOM) * acc.memory_bytes / 1e9:.3g} GB usable of the "
-          f"{acc.memory_bytes / 1e9:.3g} GB of a {acc.display_name} on {hardware.n_devices}; "
-          f"{where}")
+          f"{(1 - MEMORY_HEADROOM) * acc.memory_bytes / 1e9:.3g} GB usable of each "
+          f"{acc.display_name}'s {acc.memory_bytes / 1e9:.3g} GB ({hardware.n_devices} "
+          f"device{'s' if hardware.n_devices > 1 else ''} now); {where}")
 
 
 def fit_plan(plan: Any, hardware: hardware_lib.Hardware, model: Any = None,
