@@ -7,6 +7,7 @@ valid values of the knobs that take a name.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 
@@ -24,6 +25,7 @@ DATA_SOURCES = ("stdlib", "files", "hf")
 TOKENIZERS = ("bytes", "bpe", "hf")
 DECODE_ERRORS = ("replace", "skip")
 MESH_AXES = ("data", "fsdp", "tensor")
+WANDB_MODES = ("online", "offline", "disabled")  # train.wandb_mode (chinchax.wandblog)
 DISTRIBUTED_MODES = ("auto", "off", "explicit", "slurm", "tpu")
 LR_SCHEDULES = ("cosine", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
@@ -161,6 +163,25 @@ def parse_compiler_options(text) -> dict[str, str]:
       raise ConfigError(f"train.compiler_options={text!r} names {name} twice")
     out[name] = value
   return out
+
+
+def check_wandb(t) -> None:
+  """The ``train.wandb*`` knobs (chinchax.wandblog); the wandb package only when logging is on.
+
+  Raises:
+    ConfigError: a knob of the wrong kind, an unknown wandb_mode, an empty wandb_project, or
+      ``train.wandb=True`` without the wandb package installed.
+  """
+  if not isinstance(t.wandb, bool):
+    raise ConfigError(f"train.wandb={t.wandb!r} must be True or False")
+  check_choice(t.wandb_mode, WANDB_MODES, "train.wandb_mode")
+  if not t.wandb:
+    return
+  if not str(t.wandb_project).strip():
+    raise ConfigError("train.wandb_project is empty; name the W&B project the run logs to")
+  if importlib.util.find_spec("wandb") is None:
+    raise ConfigError("train.wandb=True needs the wandb package: pip install 'chinchax[wandb]' "
+                      "(or set train.wandb=False)")
 
 
 def check_microbatches(global_batch_size: int, microbatches: int, dp: int) -> None:
@@ -327,6 +348,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   check_choice(t.trial_batching, TRIAL_BATCHING, "train.trial_batching")
   if not isinstance(t.stop_on_nonfinite, bool):
     raise ConfigError(f"train.stop_on_nonfinite={t.stop_on_nonfinite!r} must be True or False")
+  check_wandb(t)
   options = compiler_options_text(t)
   if options != COMPILER_OPTIONS_AUTO:
     parse_compiler_options(options)

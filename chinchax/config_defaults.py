@@ -86,6 +86,12 @@ def base_config() -> ml_collections.ConfigDict:
   t.stop_on_nonfinite = True      # stop at the first NaN/Inf loss or grad norm (checked at log/checkpoint steps; no non-finite state is saved); False = warn and go on
   t.microbatches = 1              # gradient accumulation: the global batch is split into this many microbatches inside one jitted step (lax.scan), gradients summed over tokens in float32, one optimizer update; may change on resume
   t.loss_chunk_size = "auto"      # logits + cross-entropy in chunks of this many sequence positions (never the whole [B, T, V]); 0 = unchunked; auto = 0 on CPU, else min(seq_len, 512) when vocab_size >= 32768
+  t.wandb = False                 # also log to Weights & Biases (pip install 'chinchax[wandb]'): TensorBoard's scalars and the config; a ladder: one group, a run per ladder run, a run "fit" with the fit's figures (chinchax.wandblog)
+  t.wandb_project = "chinchax"    # W&B project
+  t.wandb_entity = ""             # W&B entity (team or user); "" = the account's default
+  t.wandb_name = ""               # W&B run name; "" = the workdir's name (a ladder's runs: their run ids)
+  t.wandb_group = ""              # W&B group; "" = none (a ladder: the ladder workdir's name)
+  t.wandb_mode = "online"         # online | offline (files under <workdir>/wandb/; `wandb sync` uploads them later) | disabled
 
   c.budget = b = ml_collections.ConfigDict()
   b.mode = "tokens_per_param"     # tokens_per_param | flops | tokens | steps: how D is set

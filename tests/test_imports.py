@@ -26,7 +26,8 @@ CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.con
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
         "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
         "chinchax.paths", "chinchax.hparams", "chinchax.platforms", "chinchax.interrupts",
-        "chinchax.recipe", "chinchax.law_units", "chinchax.gcs", "chinchax.diskfull")
+        "chinchax.recipe", "chinchax.law_units", "chinchax.gcs", "chinchax.diskfull",
+        "chinchax.wandblog")
 # The one function-level import of our modules, and why.
 DEFERRED = {
     ("chinchax/cli/plan.py", "chinchax.planning.measure"):

@@ -30,6 +30,7 @@ from chinchax import interrupts
 from chinchax import ladder as ladder_lib
 from chinchax import paths as paths_lib
 from chinchax import runtime
+from chinchax import wandblog
 from chinchax.cli import fit as fit_cli
 from chinchax.cli import flags as flags_lib
 
@@ -105,6 +106,10 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
       tuning_report.tuning_report(str(table), str(out), log=console.say)
     except errors.UserError as e:
       console.warn(f"no tuning report for {table}: {e}")
+  try:  # train.wandb: the fit's figures and numbers into the ladder's W&B group
+    wandblog.log_fit(config, out)
+  except Exception as e:  # noqa: BLE001 — the fit on disk stands; W&B is a copy
+    console.warn(f"the fit was not logged to Weights & Biases: {type(e).__name__}: {e}")
 
 
 def _pin_to_first_core(lc) -> set[int] | None:

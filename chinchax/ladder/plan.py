@@ -17,6 +17,7 @@ import jax
 from chinchax import config as config_lib
 from chinchax import paths as paths_lib
 from chinchax import train as train_lib
+from chinchax import wandblog
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
@@ -47,6 +48,7 @@ class LadderPlan:
     (``chinchax.ladder.tuning``), the validation run included."""
     c = self._run_config(r, steps)
     tuning.apply(c, self.config.ladder)
+    wandblog.name_ladder_run(c, self.workdir, r.run_id)  # train.wandb: the ladder's W&B group
     return c
 
   def _run_config(self, r: grid.LadderRun, steps: int | None = None):

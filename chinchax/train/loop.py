@@ -28,6 +28,7 @@ from chinchax import errors
 from chinchax import interrupts
 from chinchax import paths as paths_lib
 from chinchax import sharding as sharding_lib
+from chinchax import wandblog
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -286,7 +287,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   peak_total, peak_src = mfu.peak_flops(config, len(devices))
   bar = console.progress(total=spec.steps, initial=start_step, unit="step",
                          enabled=config.train.progress and primary and start_step < spec.steps)
-  log = StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary), bar,
+  wandb = wandblog.open_run(config, workdir) if primary else None  # train.wandb: W&B too
+  log = StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary, wandb), bar,
                 budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
                 * max(1, len(trials)), peak_total)  # MFU counts every trial's FLOPs
   evaluate = (trials_lib.TrialsEvaluator(single, data, config.train.curve_eval_windows,

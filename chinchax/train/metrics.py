@@ -63,7 +63,8 @@ def read_lines(path, warn: bool = True) -> list[tuple[str, dict]]:
 
 
 class MetricsLog:
-  """Appends JSONL rows and TensorBoard scalars (``chinchax.tblog``; written when ``enabled``).
+  """Appends JSONL rows and TensorBoard scalars (``chinchax.tblog``; written when ``enabled``),
+  and gives the rows to ``wandb`` (``chinchax.wandblog``) when one is given.
 
   On resume drops JSONL rows past the restored step and purges them in
   TensorBoard; :attr:`last_loss` is the last training loss kept (NaN if none),
@@ -79,8 +80,9 @@ class MetricsLog:
   and written again, as locally.
   """
 
-  def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool):
+  def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool, wandb=None):
     self.path, self.enabled = path, enabled
+    self.wandb = wandb  # a chinchax.wandblog.RunLogger: the same rows to Weights & Biases
     self._object = paths_lib.is_url(path)
     self._lines: list[str] = []  # an object store's rows (rewritten whole)
     self._dirty, self._rewritten_at = False, time.monotonic()
@@ -128,6 +130,8 @@ class MetricsLog:
         raise diskfull.disk_full(f"writing the metrics row of step {row.get('step')}",
                                  self.path, len(line)) from None
     self.tb.write(row)
+    if self.wandb is not None:
+      self.wandb.write(row)
 
   def sync(self) -> None:
     """Makes the file hold every row written so far (an object store's rewrite; locally a no-op)."""
@@ -140,3 +144,6 @@ class MetricsLog:
     if self.tb is not None:
       self.tb.close()
       self.tb = None
+    if self.wandb is not None:
+      self.wandb.close()
+      self.wandb = None
