@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     return status
   except errors.UserError as e:
     print(f"error: {e}", file=sys.stderr)
+    if command and isinstance(e, diskfull.DiskFull):
+      interrupts.exit_now(errors.USER_ERROR_EXIT_CODE)  # orbax's threads may still be failing
     return errors.USER_ERROR_EXIT_CODE
   except KeyboardInterrupt:
     print(f"\n{interrupts.message()}", file=sys.stderr)

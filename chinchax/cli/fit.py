@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Callable
 
@@ -39,6 +40,7 @@ from analysis.bootstrap import DEFAULT_METHOD, METHODS, check_method
 from analysis.errors import FitOptionError
 from analysis.pipeline import DEFAULT_JOBS, default_out_dir, fit_results
 from chinchax import console
+from chinchax import diskfull
 from chinchax import laws
 from chinchax.cli import helptext
 from chinchax.planning import shapes
@@ -140,6 +142,24 @@ def _fit_isotime(args: argparse.Namespace, info: dict) -> None:
     isotime.add_isotime_validation(args.results, args.out, log=say)
 
 
+FIT_FILES_BYTES = 1e6  # fit.json, fit.md and 8 figures of a default ladder's fit: 0.8 MB
+
+
+def disk_full_guard(out_dir):
+  """Turns a full disk while the fit's files are written to ``out_dir`` into one
+  :class:`~chinchax.diskfull.DiskFull` line (a figure's write names no file)."""
+  @contextlib.contextmanager
+  def guard():
+    try:
+      yield
+    except OSError as e:
+      if not diskfull.is_disk_full(e):
+        raise
+      raise diskfull.disk_full("writing the fit's files (fit.json, fit.md, figures)", out_dir,
+                               FIT_FILES_BYTES, then="the results table is kept") from None
+  return guard()
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs ``fit``; ``argv`` starts with RESULTS. Returns 0 (also for ``--help``).
 
@@ -160,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
   if args.law:
     raise FitOptionError("--law is for IsoTime tables (rows with budget_kind 'seconds'); an "
                          "IsoFLOP table's law is fitted from the table")
+  with disk_full_guard(args.out or default_out_dir(args.results)):
+    _fit_table(args)
+  return 0
+
+
+def _fit_table(args) -> None:
   fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,
               seed=args.seed, n_jobs=args.jobs, drop_highest_loss=args.drop_highest_loss,
               min_budgets=args.min_budgets, compare=args.compare, figures=not args.no_figures,
@@ -170,4 +196,3 @@ def main(argv: list[str] | None = None) -> int:
   if tuning.tuned_rows(tuning.read_rows(args.results)):  # a tuned ladder's table
     tuning.tuning_report(args.results, args.out or default_out_dir(args.results),
                          log=(lambda msg: None) if args.quiet else console.say)
-  return 0

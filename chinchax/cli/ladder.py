@@ -39,7 +39,8 @@ def _fit_once(config, table, devices=None, validate: bool = True) -> None:
   """:func:`_fit` under this process's claim of the table's fit (``ladder_lib.claim_fit``):
   withdrawn when the fit is interrupted or fails, so that a rerun fits the table again."""
   try:
-    _fit(config, table, devices, validate)
+    with fit_cli.disk_full_guard(table.parent / "fit"):
+      _fit(config, table, devices, validate)
   except BaseException:
     ladder_lib.settle_fit_claim(table, done=False)
     raise
