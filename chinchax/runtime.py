@@ -7,10 +7,32 @@ import os
 import jax
 
 
+# XLA's CPU collectives (the all-reduces between virtual CPU devices, each a thread) end the
+# process when one device's thread reaches a collective this long after the others: on a
+# loaded 2-core host 8 device threads can fall that far apart. Our defaults wait 30 min
+# (warning after 5 min); a value the user set in XLA_FLAGS is kept.
+CPU_COLLECTIVE_FLAGS = {"xla_cpu_collective_call_terminate_timeout_seconds": 1800,
+                        "xla_cpu_collective_call_warn_stuck_timeout_seconds": 300,
+                        "xla_cpu_collective_timeout_seconds": 1800}
+
+
 def setup_cpu_devices(n: int) -> None:
-  """Exposes ``n`` virtual CPU devices (only before JAX's backend starts; no-op for 0)."""
+  """Exposes ``n`` virtual CPU devices (only before JAX's backend starts; no-op for 0), with
+  collective timeouts that survive a loaded host (:data:`CPU_COLLECTIVE_FLAGS`)."""
   if n > 0:
     jax.config.update("jax_num_cpu_devices", n)
+  if n > 1:
+    set_xla_flags(CPU_COLLECTIVE_FLAGS)
+
+
+def set_xla_flags(flags: dict, environ=None) -> None:
+  """Adds ``--name=value`` to ``XLA_FLAGS`` for each flag the variable does not set yet (read
+  when the backend starts)."""
+  environ = os.environ if environ is None else environ
+  current = environ.get("XLA_FLAGS", "")
+  extra = [f"--{k}={v}" for k, v in flags.items() if f"--{k}=" not in current]
+  if extra:
+    environ["XLA_FLAGS"] = " ".join([current, *extra]).strip()
 
 
 def setup_compilation_cache(path: str) -> None:
