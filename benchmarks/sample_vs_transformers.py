@@ -1,0 +1,72 @@
+"""`chinchax sample`'s greedy decoding against HF transformers' greedy `generate` on the export.
+
+For each run: exports it (``chinchax.export``, float32) into a temporary directory, loads the
+export with ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer``, continues the same prompt
+greedily with both (``do_sample=False``, ``max_new_tokens`` N, stopping at EOS) and compares the
+new token ids one by one. Prints one line per run; exit status 1 if any differs.
+
+Usage: python benchmarks/sample_vs_transformers.py RUN [RUN ...] [--prompt TEXT] [--new-tokens N]
+Needs: chinchax with safetensors and tokenizers, plus torch and transformers (CI has neither;
+run it where they can be installed: pip install torch transformers).
+"""
+
+import argparse
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+
+
+def compare(workdir: str, prompt: str, n: int) -> tuple[bool, str]:
+  """(equal?, a line saying so) for one run."""
+  import torch
+  import transformers
+
+  from chinchax import export
+  from chinchax.sample import run as run_lib
+  from chinchax.sample import strategies
+
+  with tempfile.TemporaryDirectory() as tmp:
+    out = export.export(workdir, pathlib.Path(tmp) / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32)
+    ids = tok(prompt, return_tensors="pt")
+    with torch.no_grad():
+      gen = hf.generate(**ids, do_sample=False, max_new_tokens=n, eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.eos_token_id)
+    hf_new = gen[0, ids["input_ids"].shape[1]:].tolist()
+  req = run_lib.Request(prompt=prompt, max_new_tokens=n, rule=strategies.Sampling(0.0))
+  res = run_lib.sample(workdir, req)
+  ours = res.generation.tokens[0].tolist()
+  same = ours == hf_new[:len(ours)] and len(hf_new) == len(ours)
+  first = next((i for i, (a, b) in enumerate(zip(ours, hf_new)) if a != b), None)
+  return same, (f"{workdir}: {'equal' if same else 'DIFFERENT'} over {len(ours)} new tokens "
+                f"(transformers {transformers.__version__}, torch {torch.__version__})"
+                + ("" if same else f"; first difference at new token {first}: chinchax "
+                   f"{ours[first:first + 5] if first is not None else ours} vs HF "
+                   f"{hf_new[first:first + 5] if first is not None else hf_new}"))
+
+
+def main() -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("runs", nargs="+", metavar="RUN")
+  p.add_argument("--prompt", default="def main(")
+  p.add_argument("--new-tokens", type=int, default=16)
+  args = p.parse_args()
+  try:
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+  except ImportError as e:
+    print(f"needs torch and transformers ({e}); pip install torch transformers", file=sys.stderr)
+    return 1
+  ok = True
+  for run in args.runs:
+    same, line = compare(run, args.prompt, args.new_tokens)
+    print(line)
+    ok &= same
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
