@@ -112,3 +112,37 @@ def test_fit_figures_on_a_full_disk_one_line(tmp_path, small_disk, monkeypatch, 
   err = capsys.readouterr().err
   assert rc == 2, err[-3000:]
   _one_error(err, "the disk is full", str(out))
+
+
+def _fill(disk):
+  """Fills the tmpfs at ``disk`` to its last byte."""
+  fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+  try:
+    while True:
+      os.write(fd, b"\0" * 4096)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
+
+
+def test_metrics_row_and_ladder_lease_on_a_full_disk(small_disk):
+  from chinchax import diskfull
+  from chinchax import ladder
+  from chinchax.train.metrics import MetricsLog
+  disk = small_disk("256k")
+  log = MetricsLog(disk / "metrics.jsonl", 0, True)
+  log.write({"step": 1, "loss": 3.0})
+  _fill(disk)
+  with pytest.raises(diskfull.DiskFull) as e:
+    for step in range(2, 100):  # the page already allocated takes a few rows
+      log.write({"step": step, "loss": 3.0})
+  msg = str(e.value)
+  assert "writing the metrics row of step" in msg and str(disk / "metrics.jsonl") in msg
+  assert "0 B are free" in msg
+  leases = ladder.Leases(disk / "leases", "W", 60.0)
+  with pytest.raises(OSError):
+    leases.try_claim("run_a")
+  assert not [p for p in (disk / "leases").iterdir()]  # no lease and no temporary file left
+  (disk / "filler").unlink()
+  assert leases.try_claim("run_a") is not None  # once space is freed

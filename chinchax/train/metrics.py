@@ -124,12 +124,14 @@ class MetricsLog:
       try:
         with self.path.open("a") as f:
           f.write(line)
+        self.tb.write(row)
       except OSError as e:
         if not diskfull.is_disk_full(e):
           raise
         raise diskfull.disk_full(f"writing the metrics row of step {row.get('step')}",
                                  self.path, len(line)) from None
-    self.tb.write(row)
+    if self._object:
+      self.tb.write(row)
     if self.wandb is not None:
       self.wandb.write(row)
 
