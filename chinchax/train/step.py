@@ -41,9 +41,9 @@ def split_microbatches(batch_BT1: jax.Array, microbatches: int) -> jax.Array:
   guarantees B/M rows divide over data×fsdp.
   """
   B = batch_BT1.shape[0]
-  rows_B1MT = sharding_lib.constrain(batch_BT1.reshape(B // microbatches, microbatches, -1),
-                                     ("batch", None, "seq"))
-  return sharding_lib.constrain(jnp.swapaxes(rows_B1MT, 0, 1), (None, "batch", "seq"))
+  rows = sharding_lib.constrain(batch_BT1.reshape(B // microbatches, microbatches, -1),
+                                ("batch", None, "seq"))  # [B/M, M, T+1]
+  return sharding_lib.constrain(jnp.swapaxes(rows, 0, 1), (None, "batch", "seq"))
 
 
 def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chunk_size: int = 0,
@@ -248,7 +248,9 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   The state is sized by ``nnx.eval_shape`` (no allocation); its shardings come
   from the logical-axis rules (``sharding.state_shardings``); the step is jitted
   with explicit in/out shardings (state as the shardings, batch over
-  (data, fsdp)) and donates the state. Every program is compiled with
+  (data, fsdp)) and donates the state; it accumulates ``spec.microbatches`` microbatches and
+  computes the loss in chunks of ``spec.loss_chunk_size`` positions (:func:`make_loss_and_grad`;
+  the eval steps use the chunks too). Every program is compiled with
   ``train.compiler_options`` (``train.compiler.resolve``).
 
   Args:
