@@ -191,3 +191,33 @@ def test_help_imports_no_jax():
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                         timeout=120)
   assert proc.stdout.split("\n")[:2] == ["0 []", "True"], proc.stdout + proc.stderr
+
+
+def test_a_trials_run_samples_its_best_trial_or_the_one_asked(small_corpus, tmp_path, capsys):
+  from chinchax import train as train_lib
+  c = config_lib.get_variant("tiny")
+  c.workdir = str(tmp_path / "trials")
+  c.data.update(source="files", paths=str(small_corpus / "*.txt"),
+                store_root=str(tmp_path / "stores"), val_fraction=0.1)
+  c.budget.steps = 4
+  c.train.update(eval_every=4, log_every=4, checkpoint_every=4, lr_multipliers="0.5,8",
+                 trial_batching="loop", progress=False)
+  c.mesh.num_cpu_devices = 0
+  best = train_lib.train(c, devices=jax.devices()[:1], verbose=False)["best_trial"]
+  capsys.readouterr()
+  run = export.load_run(c.workdir)
+  stacked, _ = export.load_params(c.workdir)
+  prompt = np.frombuffer(b"import ", np.uint8).astype(np.int32)[None]
+  argv = (c.workdir, "--prompt", "import ", "--max-new-tokens", "6", "--temperature", "0")
+  for trial in (None, 1 - best):
+    rc, out, err = _run_cli(capsys, *argv, *(() if trial is None else ("--trial", str(trial))))
+    k = best if trial is None else trial
+    assert rc == 0 and f"trial {k}" in err
+    params, _ = export.pick_trial(stacked, run, export.pathlib.Path(c.workdir), k)
+    new = _greedy_by_full_forward(run_lib.build_model(params, run_lib.model_config(run, 256)),
+                                  prompt, 6)[0]
+    new = new[:np.flatnonzero(new == 256)[0]] if (new == 256).any() else new
+    assert out == ("import " + bytes(new.astype(np.uint8).tolist()).decode("utf-8", "replace")
+                   + "\n")
+  rc, _, err = _run_cli(capsys, *argv, "--trial", "2")
+  assert rc == 2 and "--trial 2 is out of range" in err
