@@ -20,7 +20,7 @@ from test_train import REPO, _run_cli
 
 def _cli(args, env=None, timeout=300):
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", **(env or {}))
-  return subprocess.run([sys.executable, "-m", "chinchax.cli", *args], env=env,
+  return subprocess.run([sys.executable, "-m", "chinchax.cli", *args], env=env, cwd=REPO,
                         capture_output=True, text=True, timeout=timeout)
 
 
@@ -182,7 +182,7 @@ def test_two_local_workers_run_a_gcs_ladder_each_run_once_and_fit_it(gcs_url, sm
   from test_ladder import _ladder_cli, _ladder_config
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.workdir = f"{gcs_url}/ladder"
-  c.ladder.update(c_min=3e8, c_max=6e8, n_budgets=3, sizes_per_budget=2, bootstrap=0, fit=True)
+  c.ladder.update(bootstrap=0, fit=True)  # 3 budgets x 3 sizes (test_ladder)
   plan = ladder.prepare(c)  # the store (local) built once; grid.json written to the bucket
   with open(tmp_path / "ladder.log", "w") as log:
     proc = _ladder_cli(c, log, "--config.ladder.workers=2", "--config.ladder.validate=False",
@@ -219,3 +219,19 @@ def test_fit_reads_and_writes_gs_urls(gcs_url, tmp_path):
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   assert json.loads((paths_lib.as_path(gcs_url) / "out" / "fit.json").read_text())
   assert f"{gcs_url}/out/fit.json" in r.stdout + r.stderr
+
+
+def test_export_and_compile_write_to_gs(gcs_url, bpe_run):
+  from chinchax import cli
+  c, _ = bpe_run
+  out = f"{gcs_url}/hf"
+  assert cli.main(["export", c.workdir, "--format", "safetensors", "--out", out]) == 0
+  names = {p.name for p in paths_lib.as_path(out).iterdir()}
+  assert {"config.json", "model.safetensors", "tokenizer.json"} <= names, names
+  assert cli.main(["export", c.workdir, "--out", out]) == 2  # not replaced without --overwrite
+  # compile --out: the URL's bucket is checked before compiling (the report is one object
+  # write, paths.write_text_atomic, as config.json above)
+  r = _cli(["compile", "--topology", "v5e-8", "--config=configs/train.py:tiny", "--no-eval",
+            "--out", "gs://no-such-bucket/r.json"])
+  assert r.returncode == 2 and r.stderr.startswith("error: --out's directory gs://no-such-bucket"), \
+      r.stderr[-2000:]

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 
 from chinchax import console
+from chinchax import paths as paths_lib
 from chinchax.aot import ladder_run
 from chinchax.aot import report as report_lib
 from chinchax.aot import search as search_lib
@@ -96,7 +96,9 @@ def main(argv: list[str]) -> int:
     return 0
   config_argv, rest = _split(argv)
   args = _parser().parse_args(rest)
-  if args.out is not None:
+  if args.out is not None and paths_lib.is_url(args.out):  # gs://bucket/report.json
+    paths_lib.check_writable_dir(args.out.rsplit("/", 1)[0], "--out's directory")
+  elif args.out is not None:
     out = pathlib.Path(args.out)
     if not args.out or out.is_dir():
       raise topology_lib.AotError(f"--out {args.out!r} must name a file to write (e.g. "
@@ -137,9 +139,8 @@ def main(argv: list[str]) -> int:
           + ("\n(from the compile cache; --no-cache compiles again)" if cached else ""))
     fits = rep["fits"]
   if args.out is not None:
-    tmp = pathlib.Path(args.out + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
-    tmp.replace(args.out)
+    paths_lib.write_text_atomic(args.out, json.dumps(payload, indent=2, sort_keys=True,
+                                                     default=float) + "\n")
   if args.require_fit and not fits:
     return REQUIRE_FIT_EXIT_CODE
   return 0

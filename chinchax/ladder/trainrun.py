@@ -10,6 +10,7 @@ from chinchax import budget
 from chinchax import diskfull
 from chinchax import distributed as distributed_lib
 from chinchax import errors
+from chinchax import paths as paths_lib
 from chinchax import train as train_lib
 from chinchax.train.metrics import read_lines
 import chinchax.ladder.grid as grid
@@ -76,7 +77,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
         "final_eval_loss": summary["final_eval_loss"],
         "final_eval_loss_se": summary.get("final_eval_loss_se"),
         "final_eval_bits_per_byte": summary["final_eval_bits_per_byte"],
-        "eval_curve": _eval_curve(pathlib.Path(cfg.workdir), r.counts.total,
+        "eval_curve": _eval_curve(paths_lib.as_path(cfg.workdir), r.counts.total,
                                   cfg.train.global_batch_size * cfg.train.seq_len),
         "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
         "mfu": summary["mfu"], "resumed": summary.get("resumed", False),
@@ -84,7 +85,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
     if tp is not None:
       row.update(isotime.row_fields(plan, r, tp, summary, cfg))
     if summary.get("trials"):  # ladder.lr_trials / seeds: every trial kept, the point their best
-      row.update(tuning.row_fields(summary, pathlib.Path(cfg.workdir), r.counts.total,
+      row.update(tuning.row_fields(summary, paths_lib.as_path(cfg.workdir), r.counts.total,
                                    cfg.train.global_batch_size * cfg.train.seq_len))
       row["final_eval_bits_per_byte"] = (summary["final_eval_bits_per_byte"]
                                          * row["final_eval_loss"] / summary["final_eval_loss"])
