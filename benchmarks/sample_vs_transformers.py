@@ -5,7 +5,13 @@ export with ``transformers.AutoModelForCausalLM`` / ``AutoTokenizer``, continues
 greedily with both (``do_sample=False``, ``max_new_tokens`` N, stopping at EOS) and compares the
 new token ids one by one. Prints one line per run; exit status 1 if any differs.
 
+With ``--numpy`` (or where torch or transformers is missing, said so) the reference is greedy
+decoding with ``chinchax.export.numpy_forward``, a float64 numpy forward pass of the exported
+tensors in HF Llama's conventions, recomputed for every token, on the ids of the export's
+tokenizer.json.
+
 Usage: python benchmarks/sample_vs_transformers.py RUN [RUN ...] [--prompt TEXT] [--new-tokens N]
+                                                   [--numpy]
 Needs: chinchax with safetensors and tokenizers, plus torch and transformers (CI has neither;
 run it where they can be installed: pip install torch transformers).
 """
@@ -18,31 +24,58 @@ import tempfile
 import numpy as np
 
 
-def compare(workdir: str, prompt: str, n: int) -> tuple[bool, str]:
-  """(equal?, a line saying so) for one run."""
+def _transformers_greedy(out: pathlib.Path, prompt: str, n: int) -> tuple[list[int], str]:
   import torch
   import transformers
 
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32)
+  ids = tok(prompt, return_tensors="pt")
+  with torch.no_grad():
+    gen = hf.generate(**ids, do_sample=False, max_new_tokens=n, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.eos_token_id)
+  return (gen[0, ids["input_ids"].shape[1]:].tolist(),
+          f"transformers {transformers.__version__}, torch {torch.__version__}")
+
+
+def _numpy_greedy(out: pathlib.Path, prompt: str, n: int) -> tuple[list[int], str]:
+  import json
+
+  import safetensors.numpy as st
+  import tokenizers
+
+  from chinchax import export
+
+  tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+  tok.encode_special_tokens = True  # special tokens inside text are text, as in chinchax
+  config = json.loads((out / "config.json").read_text())
+  tensors = st.load_file(str(out / "model.safetensors"))
+  tokens = tok.encode(prompt, add_special_tokens=False).ids
+  new = []
+  for _ in range(n):
+    logits = export.numpy_forward(tensors, config, np.asarray([tokens + new]))[0, -1]
+    new.append(int(np.argmax(logits)))
+    if new[-1] == config["eos_token_id"]:
+      break
+  return new, "float64 numpy forward of the export (chinchax.export.numpy_forward)"
+
+
+def compare(workdir: str, prompt: str, n: int, use_numpy: bool) -> tuple[bool, str]:
+  """(equal?, a line saying so) for one run."""
   from chinchax import export
   from chinchax.sample import run as run_lib
   from chinchax.sample import strategies
 
   with tempfile.TemporaryDirectory() as tmp:
     out = export.export(workdir, pathlib.Path(tmp) / "hf")
-    tok = transformers.AutoTokenizer.from_pretrained(str(out))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32)
-    ids = tok(prompt, return_tensors="pt")
-    with torch.no_grad():
-      gen = hf.generate(**ids, do_sample=False, max_new_tokens=n, eos_token_id=tok.eos_token_id,
-                        pad_token_id=tok.eos_token_id)
-    hf_new = gen[0, ids["input_ids"].shape[1]:].tolist()
+    hf_new, what = (_numpy_greedy if use_numpy else _transformers_greedy)(out, prompt, n)
   req = run_lib.Request(prompt=prompt, max_new_tokens=n, rule=strategies.Sampling(0.0))
   res = run_lib.sample(workdir, req)
   ours = res.generation.tokens[0].tolist()
   same = ours == hf_new[:len(ours)] and len(hf_new) == len(ours)
   first = next((i for i, (a, b) in enumerate(zip(ours, hf_new)) if a != b), None)
   return same, (f"{workdir}: {'equal' if same else 'DIFFERENT'} over {len(ours)} new tokens "
-                f"(transformers {transformers.__version__}, torch {torch.__version__})"
+                f"({what})"
                 + ("" if same else f"; first difference at new token {first}: chinchax "
                    f"{ours[first:first + 5] if first is not None else ours} vs HF "
                    f"{hf_new[first:first + 5] if first is not None else hf_new}"))
@@ -53,16 +86,21 @@ def main() -> int:
   p.add_argument("runs", nargs="+", metavar="RUN")
   p.add_argument("--prompt", default="def main(")
   p.add_argument("--new-tokens", type=int, default=16)
+  p.add_argument("--numpy", action="store_true",
+                 help="compare with a numpy forward of the export instead of transformers")
   args = p.parse_args()
-  try:
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-  except ImportError as e:
-    print(f"needs torch and transformers ({e}); pip install torch transformers", file=sys.stderr)
-    return 1
+  use_numpy = args.numpy
+  if not use_numpy:
+    try:
+      import torch  # noqa: F401
+      import transformers  # noqa: F401
+    except ImportError as e:
+      print(f"no transformers here ({e}): comparing with the export's numpy forward instead",
+            file=sys.stderr)
+      use_numpy = True
   ok = True
   for run in args.runs:
-    same, line = compare(run, args.prompt, args.new_tokens)
+    same, line = compare(run, args.prompt, args.new_tokens, use_numpy)
     print(line)
     ok &= same
   return 0 if ok else 1
