@@ -235,3 +235,37 @@ def test_export_and_compile_write_to_gs(gcs_url, bpe_run):
             "--out", "gs://no-such-bucket/r.json"])
   assert r.returncode == 2 and r.stderr.startswith("error: --out's directory gs://no-such-bucket"), \
       r.stderr[-2000:]
+
+
+# --- two processes (gloo) writing one checkpoint to gs:// --------------------------------------
+
+
+def test_two_processes_write_one_checkpoint_to_gs_and_match_one_process(gcs_url, small_corpus,
+                                                                       tiny_config, tmp_path):
+  import jax
+  from chinchax import train as train_lib
+  from test_distributed_multiprocess import LAUNCHER, _flags
+  run, stores = f"{gcs_url}/run", f"{gcs_url}/stores"
+  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", PYTHON=sys.executable,
+             CHINCHAX_STAGE_DIR=str(tmp_path / "stage"))
+  proc = subprocess.run(
+      ["bash", str(LAUNCHER), "--processes", "2", "--devices", "4", "--log-dir",
+       str(tmp_path / "logs"), "--", *_flags(run, stores, small_corpus)],
+      env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+  logs = {p.name: p.read_text() for p in (tmp_path / "logs").glob("*.log")}
+  assert proc.returncode == 0, (proc.stderr[-2000:], {k: v[-3000:] for k, v in logs.items()})
+  step_dir = paths_lib.as_path(run) / "checkpoints" / "20"
+  assert (step_dir / "commit_success.txt").exists()
+  # fsdp=8 over 2 processes: each process wrote its own shards of the state
+  names = {p.name for p in (step_dir / "default").iterdir()}
+  assert {"ocdbt.process_0", "ocdbt.process_1"} <= names, names
+  two = _losses_at(run)
+  c = tiny_config.copy_and_resolve_references()
+  c.workdir = str(tmp_path / "one")
+  c.mesh.update(data=1, fsdp=8, tensor=1)
+  c.train.update(log_every=1, peak_flops_per_device=1e9)
+  train_lib.train(c, devices=jax.devices()[:8], verbose=False)
+  one = _losses_at(c.workdir)
+  assert sorted(two) == sorted(one) == list(range(1, 21))
+  for s in one:
+    assert one[s] == pytest.approx(two[s], rel=1e-6), (s, one[s], two[s])
