@@ -5,6 +5,7 @@ import glob
 import json
 import pathlib
 import struct
+import time
 
 import jax
 import pytest
@@ -32,6 +33,8 @@ def _records(run_dir: pathlib.Path) -> list:
       pos += _BLOCK - pos % _BLOCK
       continue
     _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+    if pos + 7 + length > len(data):  # a chunk still being written
+      break
     chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
     if kind == 0:
       break
@@ -41,6 +44,17 @@ def _records(run_dir: pathlib.Path) -> list:
       record.ParseFromString(part)
       out.append(record)
   return out
+
+
+def _records_once_written(run_dir: pathlib.Path, tags: set[str], timeout_s: float = 60.0) -> list:
+  """The run file's records once its history holds ``tags`` (W&B's service may still be writing
+  the file when ``finish`` returns), or as they are after ``timeout_s``."""
+  deadline = time.monotonic() + timeout_s
+  while True:
+    records = _records(run_dir)
+    if tags <= set(_history(records)) or time.monotonic() > deadline:
+      return records
+    time.sleep(0.5)
 
 
 def _history(records) -> dict[str, list]:
@@ -74,12 +88,12 @@ def test_a_run_logs_tensorboards_scalars_and_its_config_offline(small_corpus, st
   c.mesh.num_cpu_devices = 0
   train_lib.train(c, devices=jax.devices()[:1], verbose=False)
   workdir = pathlib.Path(c.workdir)
-  (run_dir,) = (workdir / "wandb").glob("offline-run-*")
-  records = _records(run_dir)
-  got = _history(records)
   acc = event_accumulator.EventAccumulator(str(workdir / tblog.TB_DIR))
   acc.Reload()
   tb = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+  (run_dir,) = (workdir / "wandb").glob("offline-run-*")
+  records = _records_once_written(run_dir, set(tb))
+  got = _history(records)
   assert {"train/loss", "eval/loss", "train/lr", "perf/mfu"} <= set(tb)
   assert set(got) == set(tb)
   for tag, points in tb.items():
@@ -126,7 +140,7 @@ def test_a_ladder_is_one_group_and_its_fit_a_run_with_the_figures(tmp_path, monk
                                             "note": "text", "points": [1, 2]}))
   assert wandblog.log_fit(ladder, fit)
   (run_dir,) = (fit / "wandb").glob("offline-run-*")
-  records = _records(run_dir)
+  records = _records_once_written(run_dir, {"fit/approach3/A", "fit/isoflop/_type"})
   got = _history(records)
   assert got["fit/approach3/A"] == [(0, 406.4)] and got["fit/approach3/alpha"] == [(0, 0.34)]
   assert got["fit/isoflop/_type"] == [(0, "image-file")]  # the figure, as an image file
