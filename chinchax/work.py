@@ -229,7 +229,9 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   the next one's saved input): one more d_model per layer and token, calibrated
   on the tensor-parallel rows of ``benchmarks/aot_memory.py``. The loss phase
   (float32 logits, ``profile.logits_bytes`` per position and vocab entry over
-  tensor: 4 on TPU, 8 on GPU) and a layer's backward (its forward tensors,
+  tensor: 4 on TPU, 8 on GPU; with fsdp > 1 at least 4 + the compute dtype's bytes, the
+  sharded head's gradient of the logits beside them: calibrated on the 1B rows at a
+  128,256-token vocabulary on v5p-32 and h100x8) and a layer's backward (its forward tensors,
   recomputed under remat, and their gradients) do not overlap; the larger counts.
 
   Microbatches (``train.microbatches`` M, gradient accumulation): the
@@ -279,7 +281,10 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   gathered = a * (live_layers * layer_weights + embed) / tensor if fsdp > 1 else \
       a * n / tensor
   loss_positions = rows * (min(loss_chunk, shape.seq_len) if loss_chunk else shape.seq_len)
-  loss = loss_positions * profile.logits_bytes * shape.vocab_size / tensor
+  per_logit = profile.logits_bytes
+  if fsdp > 1:  # the FSDP-sharded head keeps the logits' compute-dtype gradient beside them
+    per_logit = max(per_logit, 4 + a)
+  loss = loss_positions * per_logit * shape.vocab_size / tensor
   return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
                         gathered_weights=gathered,
                         activations=tokens * shape.n_layers * saved,

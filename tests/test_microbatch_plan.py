@@ -38,7 +38,8 @@ def test_memory_model_microbatch_terms_by_hand():
   rows = 64 / 8 / 4  # one microbatch's sequences per device
   layer = 2 * (4 * 256 + 4 * 256 + 3 * 512)  # bf16 forward tensors per token, no probabilities
   assert four.activations == rows * 1024 * 2 * layer
-  assert four.working == max(rows * 1024 * 4 * 128256, rows * 1024 * layer)  # the logits
+  # the logits: float32 and, the head being FSDP-sharded, their bf16 gradient: 6 bytes each
+  assert four.working == max(rows * 1024 * 6 * 128256, rows * 1024 * layer)
   assert four.accumulation == 4 * n / 4 and one.accumulation == 0  # f32, over fsdp
   assert (four.state, four.gathered_weights) == (one.state, one.gathered_weights) == (
       16 * n / 4, 2 * n)  # remat none: every gathered layer stays live
@@ -54,9 +55,12 @@ def test_memory_model_loss_chunk_by_hand():
   chunked = work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", profile=BF16_FLASH,
                                         loss_chunk=128)
   rows = 16 / 8
-  assert full.working == rows * 1024 * 4 * 128256 / 2  # float32 logits, vocab over tensor
+  assert full.working == rows * 1024 * 6 * 128256 / 2  # logits + bf16 gradient, V over tensor
+  data = work.mesh_memory_per_device(SHAPE, 16, mesh={"data": 8, "fsdp": 1, "tensor": 2},
+                                     remat="full", profile=BF16_FLASH)
+  assert data.working == rows * 1024 * 4 * 128256 / 2  # no FSDP: the float32 logits alone
   layer = 2 * (4 * 256 + (4 * 256 + 3 * 512) / 2)
-  assert chunked.working == max(rows * 128 * 4 * 128256 / 2, rows * 1024 * 2 * layer)
+  assert chunked.working == max(rows * 128 * 6 * 128256 / 2, rows * 1024 * 2 * layer)
   assert chunked.activations == full.activations and chunked.state == full.state
   gpu = work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", loss_chunk=128,
                                     profile=work.ExecutionProfile.for_kind("gpu"))
