@@ -366,7 +366,8 @@ def run_prepare(config) -> pathlib.Path:
   """``chinchax prepare``: builds (or finds) the store of ``config.data`` and prints its report."""
   started = time.time()
   directory = prepare(config.data, progress=True)
-  if (directory / store_lib.MANIFEST).stat().st_mtime < started:
+  st = (directory / store_lib.MANIFEST).stat()
+  if getattr(st, "st_mtime", getattr(st, "mtime", started)) < started:  # local | gs:// (epath)
     console.say("store already complete (built earlier; times below are from that build)")
   console.say(report(directory))
   return directory
