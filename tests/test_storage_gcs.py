@@ -269,3 +269,17 @@ def test_two_processes_write_one_checkpoint_to_gs_and_match_one_process(gcs_url,
   assert sorted(two) == sorted(one) == list(range(1, 21))
   for s in one:
     assert one[s] == pytest.approx(two[s], rel=1e-6), (s, one[s], two[s])
+
+
+def test_wsd_cooldown_waits_for_a_committed_trunk_checkpoint_on_gs(gcs_url):
+  from chinchax.ladder import wsd
+  from test_ladder_wsd import A, _run
+  runs = [_run(A, 100), _run(A, 400)]
+  plans = wsd.plan_shapes(runs, 1, 0.2, 50)
+  wd = paths_lib.as_path(gcs_url)
+  assert wsd.ready(plans, runs[1], wd) and not wsd.ready(plans, runs[0], wd)
+  step = wd / "runs" / "32_400" / "checkpoints" / "80"
+  (step / "default" / "_METADATA").write_text("{}")  # orbax still writing: not complete
+  assert not wsd.ready(plans, runs[0], wd)
+  (step / "commit_success.txt").write_text("")
+  assert wsd.ready(plans, runs[0], wd)

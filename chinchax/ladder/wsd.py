@@ -31,6 +31,7 @@ import dataclasses
 import pathlib
 
 from chinchax import budget
+import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.train.spec as spec_lib
 
@@ -182,7 +183,7 @@ def run_config(base, plans: list[ShapePlan], run: grid.LadderRun, workdir: pathl
 
 def trunk_workdir(plan: ShapePlan, workdir: pathlib.Path) -> pathlib.Path:
   """The trunk's training workdir, ``<workdir>/runs/<trunk run_id>`` (as ``grid.run_config``)."""
-  return pathlib.Path(workdir) / "runs" / plan.trunk.run.run_id
+  return files.as_path(workdir) / "runs" / plan.trunk.run.run_id
 
 
 def depends_on(plans: list[ShapePlan], run: grid.LadderRun) -> tuple[str, int] | None:
@@ -193,16 +194,24 @@ def depends_on(plans: list[ShapePlan], run: grid.LadderRun) -> tuple[str, int] |
 
 def ready(plans: list[ShapePlan], run: grid.LadderRun, workdir: pathlib.Path) -> bool:
   """True when ``run`` can start: a trunk always; a cooldown once the trunk's checkpoint at its
-  branch step is complete (orbax moves a finished step directory into place), or once the
-  cooldown's own workdir holds checkpoints (it resumes from them)."""
+  branch step is complete (orbax moves a finished step directory into place; on gs:// it
+  writes ``commit_success.txt`` into it last), or once the cooldown's own workdir holds
+  checkpoints (it resumes from them)."""
   dep = depends_on(plans, run)
   if dep is None:
     return True
-  own = pathlib.Path(workdir) / "runs" / run.run_id / "checkpoints"
-  if own.is_dir() and any(p.name.isdigit() for p in own.iterdir()):
+  own = files.as_path(workdir) / "runs" / run.run_id / "checkpoints"
+  if own.is_dir() and any(p.name.isdigit() and _complete(p) for p in own.iterdir()):
     return True
   trunk_id, step = dep
-  return (pathlib.Path(workdir) / "runs" / trunk_id / "checkpoints" / str(step)).is_dir()
+  return _complete(files.as_path(workdir) / "runs" / trunk_id / "checkpoints" / str(step))
+
+
+def _complete(step_dir) -> bool:
+  """A checkpoint step directory orbax has finished writing."""
+  if "://" in str(step_dir):
+    return (step_dir / "commit_success.txt").exists()
+  return step_dir.is_dir()
 
 
 def trained_flops(plans: list[ShapePlan], tokens_per_step: int | None = None) -> float:
