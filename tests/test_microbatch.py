@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from chinchax import checkpoint as checkpoint_lib
 from chinchax import cli
 from chinchax import config as config_lib
 from chinchax import model as model_lib
@@ -173,8 +174,9 @@ def test_the_split_keeps_each_devices_rows(mesh):
   # microbatch m holds rows m, M+m, …; each device keeps its rows
   out = split(jax.device_put(_batch(0), batch_sh))
   np.testing.assert_array_equal(np.asarray(out)[1], _batch(0)[1::4])
-  program = step_lib.build_program(_config(mesh, microbatches=4), spec, m)
-  assert _collectives_of_tokens(program.lower().compile().as_text()) == []
+  if mesh == (2, 2, 2):  # in the whole step: no collective moves tokens but the lookup's own
+    program = step_lib.build_program(_config(mesh, microbatches=4), spec, m)
+    assert _collectives_of_tokens(program.lower().compile().as_text()) == []
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 5, 16, 40])
@@ -227,8 +229,14 @@ def test_loss_chunk_size_resolution():
     loss_lib.resolve_chunk_size("-3", "cpu", 256, 512)
 
 
+def test_the_run_prints_its_microbatches_and_chunk():
+  c = _config(microbatches=4, chunk=5)
+  text = spec_lib.describe(spec_lib.resolve(c, 8), c, 8)
+  assert f"global_batch_size={B} = 4 microbatch(es) x {B // 4} rows" in text
+  assert "loss in chunks of 5 positions" in text
+
+
 def _final_params(workdir, c):
-  from chinchax import checkpoint as checkpoint_lib
   spec = train_lib.resolve(c, 1)
   program = step_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", 10 ** 9, 1, ())

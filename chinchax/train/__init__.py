@@ -8,8 +8,9 @@ explicit in/out shardings and donation. Metrics go to ``metrics.jsonl``; the
 loop fetches step t's metrics only after step t+1 is dispatched.
 
 Modules: :mod:`~chinchax.train.spec` (RunSpec, resolve), :mod:`~chinchax.train.optim`
-(schedule, decay mask, AdamW chain), :mod:`~chinchax.train.step` (loss, the pure
-step, :func:`build_program`), :mod:`~chinchax.train.mfu` (peak FLOP/s),
+(schedule, decay mask, AdamW chain), :mod:`~chinchax.train.loss` (cross-entropy and
+z-loss, whole or in chunks of the sequence), :mod:`~chinchax.train.step` (the pure step with
+its microbatches, :func:`build_program`), :mod:`~chinchax.train.mfu` (peak FLOP/s),
 :mod:`~chinchax.train.metrics` (metrics.jsonl + TensorBoard), :mod:`~chinchax.train.rundata`
 (store and batches), :mod:`~chinchax.train.steplog` (deferred rows, speed),
 :mod:`~chinchax.train.evaluate` (eval loss and its s.e.), :mod:`~chinchax.train.summary`
