@@ -11,6 +11,13 @@ Implementations:
          ``chinchax.sharding``'s rules say.
   auto   cudnn on a GPU with a 16-bit compute dtype, else xla.
 
+Grouped-query attention (keys and values with G heads, G dividing the H query
+heads; query head h reads key/value head h // (H/G)) runs natively in all three:
+xla groups the queries [B, T, G, H/G, K] against k/v [B, T, G, K] (no repeated
+copy of k/v); ``jax.nn.dot_product_attention`` takes k/v with fewer heads (GQA
+when H is a multiple of G, its docs); the splash MHA kernel takes k/v of
+[G, T, K] against q of [H, T, K] (``q_heads_per_kv_head`` in the kernel).
+
 :func:`resolve_impl` turns the config value into the one that will run and
 says why when it falls back.
 """
@@ -74,13 +81,13 @@ def splash_unavailable(backend: str) -> str | None:
   return None
 
 
-def splash_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
+def splash_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
                      interpret: bool = False) -> jax.Array:
   """Causal attention with the Pallas splash kernel (TPU; ``interpret=True`` runs anywhere, slowly).
 
   Args:
-    q_BTHK, k_BTHK, v_BTHK: [B, T, H, K]; T a multiple of :data:`SPLASH_BLOCK`
-      (or smaller than it).
+    q_BTHK: [B, T, H, K] queries; T a multiple of :data:`SPLASH_BLOCK` (or smaller than it).
+    k_BTGK, v_BTGK: [B, T, G, K] keys and values, G dividing H (G = H: multi-head).
     interpret: run the kernel in the Pallas interpreter (for tests on CPU).
   Returns:
     [B, T, H, K] in the dtype of ``q_BTHK``.
@@ -94,7 +101,7 @@ def splash_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
   if T % block:
     raise ValueError(f"splash attention needs seq_len a multiple of {SPLASH_BLOCK}, got {T}")
 
-  def local(q_BTHK, k_BTHK, v_BTHK):
+  def local(q_BTHK, k_BTGK, v_BTGK):
     H = q_BTHK.shape[2]  # heads of this shard
     mask = splash.MultiHeadMask([splash.CausalMask((T, T)) for _ in range(H)])
     sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
@@ -104,23 +111,26 @@ def splash_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
                                     interpret=interpret)
     to_bhtk = lambda x: jnp.swapaxes(x, 1, 2)
     q_BHTK = to_bhtk(q_BTHK * jnp.asarray(K ** -0.5, q_BTHK.dtype))
-    out_BHTK = jax.vmap(kernel)(q_BHTK, to_bhtk(k_BTHK), to_bhtk(v_BTHK))
+    out_BHTK = jax.vmap(kernel)(q_BHTK, to_bhtk(k_BTGK), to_bhtk(v_BTGK))
     return jnp.swapaxes(out_BHTK, 1, 2).astype(q_BTHK.dtype)
 
   mesh = jax.typeof(q_BTHK).sharding.mesh
   if mesh.empty or mesh.size == 1:
-    return local(q_BTHK, k_BTHK, v_BTHK)
+    return local(q_BTHK, k_BTGK, v_BTGK)
   spec = sharding_lib.logical_to_spec(("batch", "seq", "heads", "kv"), q_BTHK.shape, mesh)
-  return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
-                       check_vma=False)(q_BTHK, k_BTHK, v_BTHK)
+  kv_spec = sharding_lib.logical_to_spec(("batch", "seq", "kv_heads", "kv"), k_BTGK.shape, mesh)
+  return jax.shard_map(local, mesh=mesh, in_specs=(spec, kv_spec, kv_spec), out_specs=spec,
+                       check_vma=False)(q_BTHK, k_BTGK, v_BTGK)
 
 
-def causal_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
+def causal_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
                      impl: str = "xla", segment_ids_BT: jax.Array | None = None) -> jax.Array:
-  """Causal multi-head attention softmax(q kᵀ / √K + mask) v.
+  """Causal multi-head or grouped-query attention softmax(q kᵀ / √K + mask) v.
 
   Args:
-    q_BTHK, k_BTHK, v_BTHK: [B, T, H, K] queries, keys, values.
+    q_BTHK: [B, T, H, K] queries.
+    k_BTGK, v_BTGK: [B, T, G, K] keys and values; G divides H and query head h reads
+      key/value head h // (H/G) (G = H: multi-head, computed exactly as before grouping).
     impl: "xla", "cudnn" or "splash" (already resolved by :func:`resolve_impl`).
     segment_ids_BT: int [B, T] document index of each position; when given, a
       query attends only to earlier keys of its own document ("xla" only:
@@ -130,22 +140,39 @@ def causal_attention(q_BTHK: jax.Array, k_BTHK: jax.Array, v_BTHK: jax.Array, *,
   Returns:
     [B, T, H, K] attention output, in the dtype of ``q_BTHK``.
   Raises:
-    ValueError: segment ids with an implementation other than "xla".
+    ValueError: segment ids with an implementation other than "xla"; G not dividing H.
   """
+  B, T, H, K = q_BTHK.shape
+  G = k_BTGK.shape[2]
+  if H % G:
+    raise ValueError(f"{G} key/value heads do not divide {H} query heads")
   if segment_ids_BT is not None and impl != "xla":
     raise ValueError(f"document-masked attention runs with attention='xla', not {impl!r}")
   if impl == "splash":
-    return splash_attention(q_BTHK, k_BTHK, v_BTHK)
+    return splash_attention(q_BTHK, k_BTGK, v_BTGK)
   if impl == "cudnn":
-    return jax.nn.dot_product_attention(q_BTHK, k_BTHK, v_BTHK, is_causal=True,
+    return jax.nn.dot_product_attention(q_BTHK, k_BTGK, v_BTGK, is_causal=True,
                                         implementation="cudnn")
-  K = q_BTHK.shape[-1]
-  T = q_BTHK.shape[1]
-  scores_BHTT = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BTHK,
-                           preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(K))
-  mask_BHTT = jnp.tril(jnp.ones((T, T), dtype=bool))[None, None]
-  if segment_ids_BT is not None:
-    mask_BHTT = mask_BHTT & (segment_ids_BT[:, None, :, None] == segment_ids_BT[:, None, None, :])
-  scores_BHTT = jnp.where(mask_BHTT, scores_BHTT, jnp.finfo(jnp.float32).min)
-  probs_BHTT = jax.nn.softmax(scores_BHTT, axis=-1).astype(v_BTHK.dtype)
-  return jnp.einsum("bhts,bshk->bthk", probs_BHTT, v_BTHK)
+  mask_TT = jnp.tril(jnp.ones((T, T), dtype=bool))
+  same_doc_BTT = (None if segment_ids_BT is None
+                  else segment_ids_BT[:, :, None] == segment_ids_BT[:, None, :])
+  scale = jnp.sqrt(jnp.float32(K))
+  if G == H:  # multi-head
+    scores_BHTT = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BTGK,
+                             preferred_element_type=jnp.float32) / scale
+    mask_BHTT = mask_TT[None, None]
+    if same_doc_BTT is not None:
+      mask_BHTT = mask_BHTT & same_doc_BTT[:, None]
+    scores_BHTT = jnp.where(mask_BHTT, scores_BHTT, jnp.finfo(jnp.float32).min)
+    probs_BHTT = jax.nn.softmax(scores_BHTT, axis=-1).astype(v_BTGK.dtype)
+    return jnp.einsum("bhts,bshk->bthk", probs_BHTT, v_BTGK)
+  # Grouped: the R = H/G query heads of a group share its key/value head.
+  q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
+  scores_BGRTT = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BTGK,
+                            preferred_element_type=jnp.float32) / scale
+  mask_BGRTT = mask_TT[None, None, None]
+  if same_doc_BTT is not None:
+    mask_BGRTT = mask_BGRTT & same_doc_BTT[:, None, None]
+  scores_BGRTT = jnp.where(mask_BGRTT, scores_BGRTT, jnp.finfo(jnp.float32).min)
+  probs_BGRTT = jax.nn.softmax(scores_BGRTT, axis=-1).astype(v_BTGK.dtype)
+  return jnp.einsum("bgrts,bsgk->btgrk", probs_BGRTT, v_BTGK).reshape(B, T, H, K)

@@ -20,7 +20,10 @@ Three FLOP counts are kept apart on purpose, each named after its use:
 
 Model shape conventions follow ``chinchax.model``: no biases, RMSNorm scales of
 size d_model (two per layer plus a final one), SwiGLU MLP (three d_model×d_ff
-matrices), attention with n_heads heads of head_dim = d_model / n_heads.
+matrices), attention with n_heads query heads of head_dim = d_model / n_heads and
+n_kv_heads key/value heads (grouped-query attention, Ainslie et al. 2023; = n_heads
+for multi-head attention): q and o are d_model·n_heads·head_dim each, k and v
+d_model·n_kv_heads·head_dim each.
 
 Beside the counts: D for a model and a budget (:func:`tokens_for_budget`),
 whole steps for D tokens (:func:`steps_for_tokens`) and the 10% warmup cap
@@ -52,6 +55,8 @@ class ModelShape:
     vocab_size: rows of the token embedding (and columns of the output head).
     seq_len: tokens per training sequence (only FLOP counts use it).
     tie_embeddings: output head shares the embedding matrix.
+    n_kv_heads: key/value heads G (grouped-query attention; 1 = multi-query); 0 means
+      n_heads (multi-head attention). Must divide n_heads. :attr:`kv_heads` resolves it.
   """
 
   d_model: int
@@ -61,15 +66,26 @@ class ModelShape:
   vocab_size: int
   seq_len: int = 1024
   tie_embeddings: bool = True
+  n_kv_heads: int = 0
 
   @property
   def head_dim(self) -> int:
     """Per-head width K = d_model // n_heads."""
     return self.d_model // self.n_heads
 
+  @property
+  def kv_heads(self) -> int:
+    """G, the key/value heads: ``n_kv_heads``, or ``n_heads`` when it is 0."""
+    return self.n_kv_heads or self.n_heads
+
   def arch(self) -> dict:
-    """The architecture as a plain dict: the keys of :data:`ARCH_KEYS` (JSON, config updates)."""
-    return {k: getattr(self, k) for k in ARCH_KEYS}
+    """The architecture as a plain dict: the keys of :data:`ARCH_KEYS` (JSON, config updates),
+    plus ``n_kv_heads`` for a grouped shape (G < n_heads) only, so multi-head shapes keep
+    the rows and plan files they always had."""
+    out = {k: getattr(self, k) for k in ARCH_KEYS}
+    if self.kv_heads != self.n_heads:
+      out["n_kv_heads"] = self.kv_heads
+    return out
 
   @classmethod
   def from_config(cls, model, *, seq_len: int, vocab_size: int | None = None) -> "ModelShape":
@@ -84,7 +100,8 @@ class ModelShape:
     return cls(d_model=int(get("d_model")), n_layers=int(get("n_layers")),
                n_heads=int(get("n_heads")), d_ff=int(get("d_ff")),
                vocab_size=int(get("vocab_size") if vocab_size is None else vocab_size),
-               seq_len=int(seq_len), tie_embeddings=bool(get("tie_embeddings", True)))
+               seq_len=int(seq_len), tie_embeddings=bool(get("tie_embeddings", True)),
+               n_kv_heads=int(get("n_kv_heads", 0) or 0))
 
 
 # The architecture keys shared by ModelShape, the config's model section and results rows.
@@ -106,15 +123,17 @@ class ParamCounts:
 
 
 def layer_matmul_params(shape: ModelShape) -> int:
-  """Weights in one block's matmuls: q, k, v, o (4·d_model·n_heads·head_dim), SwiGLU (3·d·d_ff)."""
-  d, hk = shape.d_model, shape.n_heads * shape.head_dim
-  return 4 * d * hk + 3 * d * shape.d_ff
+  """Weights in one block's matmuls: q and o (2·d_model·n_heads·head_dim), k and v
+  (2·d_model·n_kv_heads·head_dim), SwiGLU (3·d_model·d_ff)."""
+  d, hk, gk = shape.d_model, shape.n_heads * shape.head_dim, shape.kv_heads * shape.head_dim
+  return 2 * d * hk + 2 * d * gk + 3 * d * shape.d_ff
 
 
 def param_counts(shape: ModelShape) -> ParamCounts:
   """Counts parameters of ``shape`` without building the model.
 
-  Per layer: attention q, k, v, o (4·d_model·n_heads·head_dim), SwiGLU
+  Per layer: attention q, o (2·d_model·n_heads·head_dim) and k, v
+  (2·d_model·n_kv_heads·head_dim), SwiGLU
   (3·d_model·d_ff), two RMSNorm scales (2·d_model). Plus a final norm
   (d_model), the embedding (vocab_size·d_model) and, if untied, the head.
   """
@@ -162,7 +181,8 @@ def matmul_flops_per_token(shape: ModelShape) -> float:
 
   Forward per token: 2 × (every weight matrix used in a matmul, including the
   output head even when tied) + causal attention scores and values,
-  2·2·seq_len·n_heads·head_dim per layer halved for the causal mask.
+  2·2·seq_len·n_heads·head_dim per layer halved for the causal mask (every query
+  head scores and mixes all positions, so grouped k/v heads do not shrink this term).
   Norms, softmax and the embedding gather are not matmuls and are left out.
   """
   return _training_matmul_flops(shape, causal_half=True)

@@ -322,6 +322,10 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
         f"{[h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0][-4:]}")
   if (m.d_model // m.n_heads) % 2:
     raise ConfigError(f"head_dim = d_model/n_heads = {m.d_model // m.n_heads} must be even for RoPE")
+  g, divisors = m.get("n_kv_heads", 0), [h for h in range(1, m.n_heads + 1) if m.n_heads % h == 0]
+  if not isinstance(g, int) or isinstance(g, bool) or not (g == 0 or g in divisors):
+    raise ConfigError(f"model.n_kv_heads={g!r} must divide model.n_heads={m.n_heads}: one of "
+                      f"{divisors}, or 0 (= n_heads)")
   check_positive(m.rope_theta, "model.rope_theta")
   check_positive(m.norm_eps, "model.norm_eps")
   check_choice(m.init, INIT_RULES, "model.init")
@@ -433,6 +437,10 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     sizes = resolve_mesh_shape(c.mesh, n_devices)
     if m.n_heads % sizes["tensor"]:
       raise ConfigError(f"model.n_heads={m.n_heads} is not divisible by mesh.tensor={sizes['tensor']}")
+    if (m.get("n_kv_heads", 0) or m.n_heads) % sizes["tensor"]:
+      raise ConfigError(f"model.n_kv_heads={m.n_kv_heads} is not divisible by mesh.tensor="
+                        f"{sizes['tensor']} (key/value heads shard over tensor); use a multiple of "
+                        f"{sizes['tensor']} dividing n_heads={m.n_heads}, or a smaller mesh.tensor")
     dp = sizes["data"] * sizes["fsdp"]
     if t.global_batch_size % dp:
       raise ConfigError(

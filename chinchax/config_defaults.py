@@ -32,6 +32,7 @@ def base_config() -> ml_collections.ConfigDict:
   m.d_model = 64                  # residual width
   m.n_layers = 3                  # transformer blocks
   m.n_heads = 4                   # attention heads; head_dim = d_model / n_heads
+  m.n_kv_heads = 0                # key/value heads (grouped-query attention; 1 = multi-query); 0 = n_heads; must divide n_heads
   m.d_ff = 192                    # SwiGLU hidden width (gate, up and down matrices)
   m.tie_embeddings = True         # output head shares the token-embedding matrix
   m.rope_theta = 10_000.0         # RoPE base frequency (Su et al. 2021)

@@ -1,18 +1,18 @@
 """Decoder-only transformer in Flax NNX.
 
 Architecture (Llama-style): token embedding → n_layers × [pre-norm RMSNorm →
-causal multi-head attention with RoPE → residual; pre-norm RMSNorm → SwiGLU MLP
+causal multi-head (or grouped-query) attention with RoPE → residual; pre-norm RMSNorm → SwiGLU MLP
 → residual] → final RMSNorm → output head (tied to the embedding or not).
 No biases. Parameters are float32; matmuls run in ``compute_dtype``; logits
 and the loss are float32.
 
 Tensor names carry their shapes. Letters:
   B batch, T sequence (tokens), D d_model, H heads, K head_dim,
-  F d_ff (MLP hidden), V vocab_size.
+  G key/value heads (``n_kv_heads``; G = H without grouping), F d_ff (MLP hidden), V vocab_size.
 e.g. ``x_BTD`` is the residual stream, ``logits_BTV`` the output logits.
 
 Every parameter carries logical axis names in its ``out_sharding`` metadata,
-drawn from ``layers, embed, heads, kv, mlp, vocab``; ``chinchax.sharding``
+drawn from ``layers, embed, heads, kv_heads, kv, mlp, vocab``; ``chinchax.sharding``
 maps them onto mesh axes through one rules table. No mesh axis name appears here.
 
 Layers are either a list of blocks run by a Python loop (``scan_layers=False``:
@@ -39,6 +39,7 @@ from chinchax import sharding
 # (batch over data×fsdp, embed unsplit: fsdp is taken by the batch) and q, k, v by head.
 _BTD = ("batch", "seq", "embed")
 _BTHK = ("batch", "seq", "heads", "kv")
+_BTGK = ("batch", "seq", "kv_heads", "kv")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ class ModelConfig(budget.ModelShape):
 
   def shape(self, seq_len: int) -> budget.ModelShape:
     """This model's shape for sequences of ``seq_len`` tokens (for FLOP and parameter counts)."""
-    return budget.ModelShape(**self.arch(), seq_len=seq_len)
+    return budget.ModelShape(**{**self.arch(), "n_kv_heads": self.n_kv_heads}, seq_len=seq_len)
 
 
 INIT_RULES = ("fixed", "small")  # model.init (chinchax.config declares the knob)
@@ -134,14 +135,21 @@ def apply_rope(x_BTHK: jax.Array, sin_TK2: jax.Array, cos_TK2: jax.Array) -> jax
 
 
 class Attention(nnx.Module):
-  """Causal multi-head self-attention with RoPE; no biases."""
+  """Causal self-attention with RoPE, no biases: H query heads sharing G = ``n_kv_heads``
+  key/value heads in groups of H/G (grouped-query attention, Ainslie et al. 2023; G = 1 is
+  multi-query, Shazeer 2019; G = H multi-head).
+
+  ``wk_DHK`` and ``wv_DHK`` are [D, G, K] (their names keep the multi-head spelling so
+  checkpoints of multi-head runs keep their layout); their head axis is the ``kv_heads``
+  logical axis.
+  """
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-    D, H, K = cfg.d_model, cfg.n_heads, cfg.head_dim
+    D, H, G, K = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.head_dim
     self.cfg = cfg
     self.wq_DHK = _param(rngs, (D, H, K), cfg.init_std, ("embed", "heads", "kv"))
-    self.wk_DHK = _param(rngs, (D, H, K), cfg.init_std, ("embed", "heads", "kv"))
-    self.wv_DHK = _param(rngs, (D, H, K), cfg.init_std, ("embed", "heads", "kv"))
+    self.wk_DHK = _param(rngs, (D, G, K), cfg.init_std, ("embed", "kv_heads", "kv"))
+    self.wv_DHK = _param(rngs, (D, G, K), cfg.init_std, ("embed", "kv_heads", "kv"))
     # Output projection scaled down by depth (GPT-2, Radford et al. 2019, Sec. 2.3).
     self.wo_HKD = _param(rngs, (H, K, D), cfg.init_std / (2 * cfg.n_layers) ** 0.5,
                          ("heads", "kv", "embed"))
@@ -149,12 +157,12 @@ class Attention(nnx.Module):
   def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
     dt = x_BTD.dtype
     q_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wq_DHK[...].astype(dt))
-    k_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wk_DHK[...].astype(dt))
-    v_BTHK = jnp.einsum("btd,dhk->bthk", x_BTD, self.wv_DHK[...].astype(dt))
+    k_BTGK = jnp.einsum("btd,dgk->btgk", x_BTD, self.wk_DHK[...].astype(dt))
+    v_BTGK = jnp.einsum("btd,dgk->btgk", x_BTD, self.wv_DHK[...].astype(dt))
     q_BTHK = sharding.constrain(apply_rope(q_BTHK, sin_TK2, cos_TK2), _BTHK)
-    k_BTHK = sharding.constrain(apply_rope(k_BTHK, sin_TK2, cos_TK2), _BTHK)
-    v_BTHK = sharding.constrain(v_BTHK, _BTHK)
-    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTHK, v_BTHK, impl=self.cfg.attention,
+    k_BTGK = sharding.constrain(apply_rope(k_BTGK, sin_TK2, cos_TK2), _BTGK)
+    v_BTGK = sharding.constrain(v_BTGK, _BTGK)
+    out_BTHK = attention_lib.causal_attention(q_BTHK, k_BTGK, v_BTGK, impl=self.cfg.attention,
                                               segment_ids_BT=segment_ids_BT)
     return jnp.einsum("bthk,hkd->btd", out_BTHK, self.wo_HKD[...].astype(dt))
 

@@ -1,13 +1,14 @@
 """Device mesh and THE logical-axis-rules table.
 
-Model code names array axes logically (``batch, seq, embed, heads, kv, mlp,
-vocab``); :data:`LOGICAL_AXIS_RULES` alone decides which mesh axes
+Model code names array axes logically (``batch, seq, embed, heads, kv_heads, kv,
+mlp, vocab``; ``kv`` is head_dim, ``kv_heads`` the key/value heads of grouped-query attention); :data:`LOGICAL_AXIS_RULES` alone decides which mesh axes
 (``data, fsdp, tensor``) each maps onto. Change sharding here, nowhere else.
 
   data    pure data parallelism: batch split, parameters replicated.
   fsdp    fully-sharded data parallelism (ZeRO-3): batch split and parameters
           (and optimizer state) split along their ``embed`` axis.
-  tensor  tensor (Megatron) parallelism: heads, MLP hidden and vocab split.
+  tensor  tensor (Megatron) parallelism: heads (query and key/value), MLP hidden and
+          vocab split.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("seq", None),
     ("embed", "fsdp"),
     ("heads", "tensor"),
+    ("kv_heads", "tensor"),  # config validation refuses n_kv_heads not divisible by mesh.tensor
     ("kv", None),
     ("mlp", "tensor"),
     ("vocab", "tensor"),

@@ -9,7 +9,7 @@ from flax import nnx
 from chinchax import budget, sharding
 from chinchax.model import ModelConfig, Transformer, count_params
 
-LOGICAL = {"batch", "seq", "embed", "heads", "kv", "mlp", "vocab"}
+LOGICAL = {"batch", "seq", "embed", "heads", "kv_heads", "kv", "mlp", "vocab"}
 
 
 @pytest.mark.parametrize("tied", [True, False])

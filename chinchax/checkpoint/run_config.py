@@ -15,7 +15,7 @@ from chinchax import paths as paths_lib
 from chinchax.checkpoint.integrity import CheckpointError, Unusable, check_shapes, saved_steps
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",
-              "scan_layers")
+              "scan_layers", "n_kv_heads")
 # Knobs that decide the function trained, the data order, the schedule or the budget: a resume
 # must keep them, or the run would silently become another run. (Mesh, dtype, attention kernel
 # and remat may change.) data.tokenizer_path is checked by the tokenizer's content hash and the
@@ -47,7 +47,11 @@ DATA_SIGNATURE = {
 
 
 def model_signature(config, vocab_size: int | None = None) -> dict:
-  sig = {k: config.model[k] for k in MODEL_KEYS}
+  """The model's shape keys (:data:`MODEL_KEYS`) of ``config``, n_kv_heads resolved (0 → n_heads)
+  and vocab_size replaced by ``vocab_size`` when given. A config.json written before
+  n_kv_heads existed lacks that key; the checks skip keys the saved signature lacks."""
+  m = config.model
+  sig = {k: (m.get(k, 0) or m.n_heads) if k == "n_kv_heads" else m[k] for k in MODEL_KEYS}
   if vocab_size is not None:
     sig["vocab_size"] = vocab_size
   return sig

@@ -12,7 +12,8 @@ or for a byte-level run one built to give chinchax's ids (0–255 = the UTF-8 by
 (``--overwrite`` replaces only an earlier export) are in :mod:`chinchax.export.outdir`.
 
 The architectures match one to one: pre-norm RMSNorm (``x·rsqrt(mean(x²)+eps)·w``),
-multi-head attention without biases (num_key_value_heads = num_attention_heads),
+multi-head or grouped-query attention without biases (num_key_value_heads = G,
+chinchax's ``model.n_kv_heads``; = num_attention_heads for multi-head attention),
 scores scaled by 1/√head_dim, SwiGLU MLP (``down(silu(gate(x))·up(x))``), final
 RMSNorm, output head tied to the embedding or not. RoPE: chinchax rotates the
 (first half, second half) pairs of each head with inverse frequencies
@@ -21,13 +22,13 @@ need no permutation (the permutation in Meta→HF conversions undoes Meta's
 interleaved pairs, which chinchax does not use).
 
 Tensor mapping (chinchax parameter [shape] → HF name [shape]; D d_model, H heads,
-K head_dim, F d_ff, V vocab, i the layer)::
+G key/value heads, K head_dim, F d_ff, V vocab, i the layer)::
 
   embed_VD [V,D]                        → model.embed_tokens.weight [V,D]
   blocks.i.attn_norm.scale [D]          → model.layers.i.input_layernorm.weight [D]
   blocks.i.attn.wq_DHK [D,H,K]          → model.layers.i.self_attn.q_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
-  blocks.i.attn.wk_DHK [D,H,K]          → model.layers.i.self_attn.k_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
-  blocks.i.attn.wv_DHK [D,H,K]          → model.layers.i.self_attn.v_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
+  blocks.i.attn.wk_DHK [D,G,K]          → model.layers.i.self_attn.k_proj.weight [G·K,D]  (reshape(D,G·K)ᵀ)
+  blocks.i.attn.wv_DHK [D,G,K]          → model.layers.i.self_attn.v_proj.weight [G·K,D]  (reshape(D,G·K)ᵀ)
   blocks.i.attn.wo_HKD [H,K,D]          → model.layers.i.self_attn.o_proj.weight [D,H·K]  (reshape(H·K,D)ᵀ)
   blocks.i.mlp_norm.scale [D]           → model.layers.i.post_attention_layernorm.weight [D]
   blocks.i.mlp.w_gate_DF [D,F]          → model.layers.i.mlp.gate_proj.weight [F,D]       (ᵀ)
@@ -37,8 +38,9 @@ K head_dim, F d_ff, V vocab, i the layer)::
   head_DV [D,V] (untied only)           → lm_head.weight [V,D]                            (ᵀ)
 
 With tied embeddings ``lm_head.weight`` is omitted and ``tie_word_embeddings``
-is true. Row h·K + k of q/k/v_proj is head h, dimension k, as HF's
-``view(B, T, H, K)`` expects. A ``model.scan_layers`` run stores ``blocks.*``
+is true. Row h·K + k of q_proj (g·K + k of k/v_proj) is head h (g), dimension k, as
+HF's ``view(B, T, -1, K)`` expects; HF's ``repeat_kv`` gives query head h the key/value
+head h // (H/G), as chinchax does. A ``model.scan_layers`` run stores ``blocks.*``
 stacked [n_layers, ...]; layer i is row i of each.
 """
 
@@ -67,8 +69,8 @@ MAPPING = [
     ("embed_VD", "model.embed_tokens.weight", "identity"),
     ("blocks.i.attn_norm.scale", "model.layers.i.input_layernorm.weight", "identity"),
     ("blocks.i.attn.wq_DHK", "model.layers.i.self_attn.q_proj.weight", "reshape(D, H*K).T"),
-    ("blocks.i.attn.wk_DHK", "model.layers.i.self_attn.k_proj.weight", "reshape(D, H*K).T"),
-    ("blocks.i.attn.wv_DHK", "model.layers.i.self_attn.v_proj.weight", "reshape(D, H*K).T"),
+    ("blocks.i.attn.wk_DHK", "model.layers.i.self_attn.k_proj.weight", "reshape(D, G*K).T"),
+    ("blocks.i.attn.wv_DHK", "model.layers.i.self_attn.v_proj.weight", "reshape(D, G*K).T"),
     ("blocks.i.attn.wo_HKD", "model.layers.i.self_attn.o_proj.weight", "reshape(H*K, D).T"),
     ("blocks.i.mlp_norm.scale", "model.layers.i.post_attention_layernorm.weight", "identity"),
     ("blocks.i.mlp.w_gate_DF", "model.layers.i.mlp.gate_proj.weight", "T"),
@@ -209,7 +211,8 @@ def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
     attn, mlp = b["attn"], b["mlp"]
     out[pre + "input_layernorm.weight"] = f32(b["attn_norm"]["scale"])
     for name, w in (("q", attn["wq_DHK"]), ("k", attn["wk_DHK"]), ("v", attn["wv_DHK"])):
-      out[pre + f"self_attn.{name}_proj.weight"] = f32(np.asarray(w).reshape(D, H * K).T)
+      w = np.asarray(w)  # q [D, H, K]; k, v [D, G, K]
+      out[pre + f"self_attn.{name}_proj.weight"] = f32(w.reshape(D, w.shape[1] * K).T)
     out[pre + "self_attn.o_proj.weight"] = f32(np.asarray(attn["wo_HKD"]).reshape(H * K, D).T)
     out[pre + "post_attention_layernorm.weight"] = f32(b["mlp_norm"]["scale"])
     out[pre + "mlp.gate_proj.weight"] = f32(np.asarray(mlp["w_gate_DF"]).T)
@@ -231,7 +234,7 @@ def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
       "intermediate_size": cfg.d_ff,
       "num_hidden_layers": cfg.n_layers,
       "num_attention_heads": cfg.n_heads,
-      "num_key_value_heads": cfg.n_heads,
+      "num_key_value_heads": cfg.kv_heads,
       "head_dim": cfg.d_model // cfg.n_heads,
       "hidden_act": "silu",
       "max_position_embeddings": run["config"]["train"]["seq_len"],
@@ -265,6 +268,7 @@ def numpy_forward(tensors: dict[str, np.ndarray], config: dict,
   """
   w = {k: np.asarray(v, dtype=np.float64) for k, v in tensors.items()}
   H, K = config["num_attention_heads"], config["head_dim"]
+  G = config.get("num_key_value_heads") or H
   eps, theta = config["rms_norm_eps"], config["rope_theta"]
   B, T = tokens_BT.shape
 
@@ -285,10 +289,11 @@ def numpy_forward(tensors: dict[str, np.ndarray], config: dict,
   for i in range(config["num_hidden_layers"]):
     p = f"model.layers.{i}."
     h = rms_norm(x, w[p + "input_layernorm.weight"])
-    heads = lambda y: y.reshape(B, T, H, K).transpose(0, 2, 1, 3)  # [B, H, T, K]
-    q = heads(h @ w[p + "self_attn.q_proj.weight"].T)
-    k = heads(h @ w[p + "self_attn.k_proj.weight"].T)
-    v = heads(h @ w[p + "self_attn.v_proj.weight"].T)
+    heads = lambda y, n: y.reshape(B, T, n, K).transpose(0, 2, 1, 3)  # [B, n, T, K]
+    q = heads(h @ w[p + "self_attn.q_proj.weight"].T, H)
+    # HF's repeat_kv: key/value head g serves query heads g·H/G … (g+1)·H/G − 1.
+    k = np.repeat(heads(h @ w[p + "self_attn.k_proj.weight"].T, G), H // G, axis=1)
+    v = np.repeat(heads(h @ w[p + "self_attn.v_proj.weight"].T, G), H // G, axis=1)
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(K) + mask
