@@ -179,3 +179,7 @@ def test_export_and_resume_guard_of_a_gqa_run(tiny_config, tmp_path, capsys):
   c.budget.steps = 4
   with pytest.raises(CheckpointError, match=r"model.n_kv_heads=1.*model.n_kv_heads=2"):
     train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  c.update_from_flattened_dict({"workdir": str(tmp_path / "continued"),
+                                "train.init_from": c.workdir, "train.init_step": 2})
+  with pytest.raises(CheckpointError, match=r"model.n_kv_heads=1.*model.n_kv_heads=2"):
+    train_lib.train(c, devices=jax.devices()[:1], verbose=False)

@@ -149,7 +149,8 @@ def describe(spec: RunSpec, config, n_devices: int) -> str:
   c = spec.counts
   m = spec.model
   return "\n".join([
-      f"model   d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} d_ff={m.d_ff} "
+      f"model   d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
+      f"{f'n_kv_heads={m.kv_heads} ' if m.kv_heads != m.n_heads else ''}d_ff={m.d_ff} "
       f"vocab_size={m.vocab_size} seq_len={spec.seq_len} tied={m.tie_embeddings} "
       f"compute={m.compute_dtype} attention={m.attention} remat={m.remat}"
       f"{' scan_layers' if m.scan_layers else ''}{' document_mask' if m.document_mask else ''}",
