@@ -20,18 +20,16 @@ import jax.numpy as jnp
 from chinchax import config_checks
 from chinchax import model as model_lib
 from chinchax import sharding
-
-# "auto" chunks where the logits dominate a step's memory: from this vocabulary size up.
-AUTO_MIN_VOCAB = 32_768
-AUTO_CHUNK = 512  # sequence positions per chunk: [B, 512, 128k] float32 is 0.25 GiB per row
-
+from chinchax import work
 
 def resolve_chunk_size(value, backend: str, seq_len: int, vocab_size: int) -> int:
   """``train.loss_chunk_size`` as a number of sequence positions (0 = unchunked).
 
-  "auto": 0 on CPU (no accelerator memory to save; the unchunked step is the
-  bitwise reference), else min(seq_len, 512) when ``vocab_size`` >= 32,768 and 0 below it.
-  An integer is kept, capped at ``seq_len`` (one chunk of the whole sequence).
+  Parses the knob (``config_checks.parse_loss_chunk_size``), then applies the one rule,
+  ``work.resolve_loss_chunk`` (which the memory model uses too): "auto" is 0 on CPU (no
+  accelerator memory to save; the unchunked step is the bitwise reference), else
+  min(seq_len, 512) when ``vocab_size`` >= 32,768 and 0 below it; an integer is kept,
+  capped at ``seq_len`` (one chunk of the whole sequence).
 
   Args:
     value: "auto" or an integer >= 0, or its digits as a string.
@@ -40,12 +38,8 @@ def resolve_chunk_size(value, backend: str, seq_len: int, vocab_size: int) -> in
   Raises:
     ConfigError: any other value.
   """
-  value = config_checks.parse_loss_chunk_size(value)
-  if value == "auto":
-    if backend == "cpu" or vocab_size < AUTO_MIN_VOCAB:
-      return 0
-    return min(seq_len, AUTO_CHUNK)
-  return min(int(value), seq_len)
+  return work.resolve_loss_chunk(config_checks.parse_loss_chunk_size(value), backend, seq_len,
+                                 vocab_size)
 
 
 def loss_terms(logits_BTV: jax.Array, targets_BT: jax.Array) -> tuple[jax.Array, jax.Array]:
