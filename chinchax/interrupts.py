@@ -105,6 +105,43 @@ def install() -> bool:
   return True
 
 
+def _closed_loop_callback(exc_type, exc, tb) -> bool:
+  """True for the RuntimeError("Event loop is closed") raised by ``call_soon_threadsafe``: a
+  tensorstore write of an async checkpoint save that failed (a full disk, a stop) completing
+  after orbax closed the save's event loop. Nothing is lost with it: the save already failed
+  and says so in its own line."""
+  if exc_type is not RuntimeError or str(exc) != "Event loop is closed":
+    return False
+  frames = []
+  t = tb if tb is not None else exc.__traceback__
+  while t is not None:
+    frames.append(t.tb_frame.f_code.co_name)
+    t = t.tb_next
+  return "call_soon_threadsafe" in frames
+
+
+def quiet_closed_loop_callbacks() -> None:
+  """Drops the late ``Event loop is closed`` callbacks of a failed async checkpoint save
+  (:func:`_closed_loop_callback`) from ``sys.excepthook``, ``threading.excepthook`` and
+  ``sys.unraisablehook``; every other exception is reported as before."""
+  hook, thread_hook, unraisable = sys.excepthook, threading.excepthook, sys.unraisablehook
+
+  def excepthook(exc_type, exc, tb):
+    if not _closed_loop_callback(exc_type, exc, tb):
+      hook(exc_type, exc, tb)
+
+  def threading_hook(args):
+    if not _closed_loop_callback(args.exc_type, args.exc_value, args.exc_traceback):
+      thread_hook(args)
+
+  def unraisable_hook(args):
+    if not _closed_loop_callback(args.exc_type, args.exc_value, args.exc_traceback):
+      unraisable(args)
+
+  sys.excepthook, threading.excepthook, sys.unraisablehook = (excepthook, threading_hook,
+                                                              unraisable_hook)
+
+
 @contextlib.contextmanager
 def deferred():
   """A region where Ctrl-C requests a stop at the next step boundary instead of raising.

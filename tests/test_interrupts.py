@@ -111,3 +111,26 @@ def test_ctrl_c_while_training_checkpoints_and_the_rerun_matches(small_corpus, s
   assert again.returncode == 0, again.stderr[-3000:]
   assert f"resumed from checkpoint at step {step}" in again.stdout
   assert _losses(wd) == reference  # bitwise: the interrupted + resumed run is the same run
+
+
+def test_only_a_closed_loops_late_callback_is_dropped(monkeypatch, capsys):
+  import asyncio
+  import threading
+  from chinchax import interrupts
+  seen = []
+  monkeypatch.setattr(sys, "excepthook", lambda *a: seen.append(a[1]))
+  monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+  monkeypatch.setattr(sys, "unraisablehook", lambda args: seen.append(args.exc_value))
+  interrupts.quiet_closed_loop_callbacks()
+  loop = asyncio.new_event_loop()
+  loop.close()
+  try:
+    loop.call_soon_threadsafe(print)
+  except RuntimeError as e:
+    late = e
+  sys.excepthook(type(late), late, late.__traceback__)  # a failed save's late callback: dropped
+  other = RuntimeError("Event loop is closed")  # the same words raised elsewhere: reported
+  sys.excepthook(RuntimeError, other, None)
+  boom = ValueError("boom")
+  sys.excepthook(ValueError, boom, None)
+  assert seen == [other, boom]

@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
       status = _verb_help(verb, rest)
     else:  # importing chinchax chose JAX's platforms: no libtpu on a host without TPUs
       interrupts.install()  # Ctrl-C in a run: stop at the next step boundary (chinchax.interrupts)
+      interrupts.quiet_closed_loop_callbacks()  # a failed async save's late callbacks
       status = importlib.import_module(f"chinchax.cli.{verb}").main(rest)
       if status == interrupts.INTERRUPTED_EXIT_CODE and command:
         interrupts.exit_now(status)  # no teardown under XLA's or orbax's threads
