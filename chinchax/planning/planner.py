@@ -269,12 +269,20 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
               hardware=hardware, candidates=[c.to_dict() for c in cands],
               warnings=list(alloc.warnings))
   plan.warnings.extend(reach.budget_warnings(plan, C))
-  if hardware is not None:
-    model = step_time_model or step_time_lib.RooflineStepTime(hardware)
-    plan.step_time_model = step_time_lib.describe_model(model)
-    plan.step_time_s = float(model.predict(chosen.shape, batch.global_batch_size))
-    layout_lib.fit_plan(plan, hardware, model)
+  lay_out(plan, hardware, step_time_model)
   return plan
+
+
+def lay_out(plan: Plan, hardware: hardware_lib.Hardware | None, step_time_model=None) -> None:
+  """On ``hardware`` (None: nothing to do): the plan's predicted step time (seconds; the
+  roofline model unless ``step_time_model`` is given) and its layout — the microbatches and
+  remat policy whose memory fits a device (``layout.fit_plan``)."""
+  if hardware is None:
+    return
+  model = step_time_model or step_time_lib.RooflineStepTime(hardware)
+  plan.step_time_model = step_time_lib.describe_model(model)
+  plan.step_time_s = float(model.predict(plan.chosen.shape, plan.batch.global_batch_size))
+  layout_lib.fit_plan(plan, hardware, model)
 
 
 def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,

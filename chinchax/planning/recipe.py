@@ -26,10 +26,8 @@ from chinchax import budget
 from chinchax import hardware as hardware_lib
 from chinchax import hparams as hparams_lib
 from chinchax import recipe as recipe_lib
-from chinchax import step_time as step_time_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
-from chinchax.planning import layout as layout_lib
 from chinchax.planning import planner
 from chinchax.planning import reach
 from chinchax.planning import shapes as shapes_lib
@@ -190,11 +188,7 @@ def plan_flops(C: float, law, rec: dict, *, seq_len: int | None = None,
                       hardware=hardware, candidates=[c.to_dict() for c in cands],
                       warnings=list(alloc.warnings))
   plan.warnings.extend(reach.budget_warnings(plan, C))
-  if hardware is not None:
-    model = step_time_model or step_time_lib.RooflineStepTime(hardware)
-    plan.step_time_model = step_time_lib.describe_model(model)
-    plan.step_time_s = float(model.predict(chosen.shape, batch.global_batch_size))
-    layout_lib.fit_plan(plan, hardware, model)  # microbatches, remat: the memory per device
+  planner.lay_out(plan, hardware, step_time_model)  # microbatches, remat: the memory per device
   plan.recipe = {"law": rec, "settings": config_settings(rec, b2), "departures": departures}
   return plan
 
