@@ -245,10 +245,20 @@ def run_lbfgs_starts(starts: np.ndarray, logN, logD, logL, delta: float = HUBER_
   # fork is quick; once JAX (multithreaded) is loaded, a forked child can
   # deadlock, so spawn fresh interpreters instead.
   ctx = multiprocessing.get_context("spawn" if "jax" in sys.modules else "fork")
-  with concurrent.futures.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
+  pool = concurrent.futures.ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
+  try:
     parts = list(pool.map(_run_starts, chunks, *([logN] * n_jobs, [logD] * n_jobs,
                                                  [logL] * n_jobs, [delta] * n_jobs,
                                                  [weight] * n_jobs, [asymmetry] * n_jobs)))
+  except BaseException:
+    # A Ctrl-C while the pool starts leaves its manager thread unstarted, and CPython's
+    # shutdown then raises "cannot join thread before it is started" over the interrupt.
+    try:
+      pool.shutdown(wait=False, cancel_futures=True)
+    except RuntimeError:
+      pass
+    raise
+  pool.shutdown(wait=True)
   return tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
 
 

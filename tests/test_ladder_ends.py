@@ -108,6 +108,7 @@ def _copy(finished_c, tmp_path):
   return c2, wd
 
 
+@pytest.mark.slow  # timing-sensitive: the SIGINT must land inside the fit's few seconds; run with -m slow
 def test_ladder_interrupted_in_its_fit_fits_when_rerun(finished, tmp_path):
   c, wd = _copy(finished[0], tmp_path)
   proc = _start(c, tmp_path / "a.log", "--config.ladder.workers=2", "--config.ladder.fit=True",
