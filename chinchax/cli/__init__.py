@@ -31,7 +31,6 @@ from chinchax import console
 from chinchax import diskfull
 from chinchax import errors
 from chinchax import interrupts
-from chinchax.cli import flags
 from chinchax.cli import helptext
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
@@ -70,6 +69,7 @@ def _verb_help(verb: str, rest: list[str]) -> int:
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
     if verb in CONFIG_VERBS:
+      flags = importlib.import_module("chinchax.cli.flags")  # loaded like a verb's module
       flags.parse_config(rest, flags.config_file(CONFIG_VERBS[verb]), verb)
       status, doc = 0, _module_doc(verb)
     else:
