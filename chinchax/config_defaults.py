@@ -307,6 +307,7 @@ def base_bench_config() -> ml_collections.ConfigDict:
   b.fit_sweep = "size"            # sweep whose points fit the two step-time models ("" = no fit)
   b.fit_heldout = 4               # points of the fit sweep held out to score the step-time models
   b.plots = True                  # write tokens/s-vs-batch, MFU-vs-size and memory-vs-batch PNGs
+  b.profile_steps = 0             # > 0: trace this many more steps per point (after the timed ones) into <workdir>/profile/<point>/
   c.models = m = ml_collections.ConfigDict()  # named shapes (d_model, n_layers, n_heads, d_ff)
   m.s1 = bench_model(32, 2, 2, 96)
   m.s2 = bench_model(64, 2, 8, 192)  # 8 heads: pure tensor parallelism over 8 devices

@@ -32,7 +32,8 @@ def _failure(row: dict, err: Exception, status: str) -> dict:
 
 
 def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: float = 0.0,
-                  devices=None, seed: int = 0) -> dict:
+                  devices=None, seed: int = 0, profile_steps: int = 0,
+                  profile_dir: str | None = None) -> dict:
   """Compiles and times ``chinchax train``'s step for the training config ``c``.
 
   Args:
@@ -43,6 +44,10 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
     memory_limit_gb: see :func:`chinchax.bench.device_memory_limit`.
     devices: devices of the mesh (default: all).
     seed: seed of the random token batches.
+    profile_steps: > 0: after the timed steps, this many more steps run under a
+      ``jax.profiler`` trace written to ``profile_dir`` (so the trace never
+      changes the timings); the row's ``profile_dir`` names it.
+    profile_dir: the trace's directory (xprof / TensorBoard's profile plugin).
   Returns:
     a result row: ``status`` (one of :data:`STATUSES`), and for ``ok`` the
     timings (seconds; ``startup_s`` runs from this call to the end of the
@@ -127,6 +132,14 @@ def measure_point(c, *, warmup_steps: int, timed_steps: int, memory_limit_gb: fl
       pending, last = metrics, pending
     metrics = last
     row["loss_last"] = float(jax.device_get(metrics["loss"]))
+    if profile_steps > 0 and profile_dir:
+      jax.profiler.start_trace(profile_dir)
+      try:
+        for i in range(profile_steps):
+          jax.block_until_ready(dispatch(i))
+      finally:
+        jax.profiler.stop_trace()
+      row["profile_dir"] = profile_dir
     peak_mem = peak_memory(devices)
     del state
   except Exception as e:  # noqa: BLE001

@@ -152,6 +152,7 @@ def validate_bench(cfg) -> list[Point]:
   config_lib.check_positive(b.point_timeout_s, "bench.point_timeout_s")
   config_lib.check_positive(b.memory_limit_gb, "bench.memory_limit_gb", allow_zero=True)
   config_lib.check_positive(b.fit_heldout, "bench.fit_heldout", integer=True)
+  config_lib.check_positive(b.profile_steps, "bench.profile_steps", allow_zero=True, integer=True)
   if not cfg.workdir:
     raise config_lib.ConfigError("workdir is empty; give a directory for the bench results")
   if b.hardware:

@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import pathlib
+import re
+import shutil
 import tempfile
 import time
 
@@ -31,7 +33,8 @@ CSV_COLUMNS = (
     "step_time_std_s", "step_time_spread", "timed_steps", "tokens_per_s", "model_flops_per_step",
     "model_flops_per_s", "peak_flops", "mfu", "memory_peak_bytes", "memory_source",
     "compiled_memory_bytes", "memory_limit_bytes", "xla_flops", "xla_bytes_accessed",
-    "price_per_hour", "cost_per_million_tokens", "loss_first", "loss_last", "error")
+    "price_per_hour", "cost_per_million_tokens", "loss_first", "loss_last",
+    "profile_dir", "error")
 
 
 def _base_row(cfg, p: Point) -> dict:
@@ -46,6 +49,16 @@ def _base_row(cfg, p: Point) -> dict:
           "attention": p.attention, "mesh": p.mesh, "mesh_data": sizes["data"],
           "mesh_fsdp": sizes["fsdp"], "mesh_tensor": sizes["tensor"], "remat": p.remat,
           "compute_dtype": p.compute_dtype}
+
+
+PROFILE_DIR = "profile"  # bench.profile_steps: one trace folder per point under it
+
+
+def _profile_dir(workdir: pathlib.Path, name: str, profile_steps: int) -> str | None:
+  """``<workdir>/profile/<point name>`` (name made path-safe), or None when profiling is off."""
+  if profile_steps <= 0:
+    return None
+  return str(workdir / PROFILE_DIR / re.sub(r"[^A-Za-z0-9_.=-]+", "_", name))
 
 
 def write_tables(workdir: pathlib.Path, rows: list[dict]) -> None:
@@ -85,7 +98,9 @@ def run_bench(cfg, points: list[Point] | None = None, *, verbose: bool = True) -
   for old in ("results.jsonl", "results.csv", "step_time.json"):
     (workdir / old).unlink(missing_ok=True)
   measure_kw = {"warmup_steps": b.warmup_steps, "timed_steps": b.timed_steps,
-                "memory_limit_gb": b.memory_limit_gb}
+                "memory_limit_gb": b.memory_limit_gb, "profile_steps": int(b.profile_steps)}
+  if b.profile_steps > 0:
+    shutil.rmtree(workdir / PROFILE_DIR, ignore_errors=True)  # traces of an earlier sweep
   with tempfile.TemporaryDirectory(prefix="chinchax-bench-") as tmp_name:
     tmp = pathlib.Path(tmp_name)
     base = ml_collections.ConfigDict(cfg.train_config.to_dict())
@@ -115,13 +130,14 @@ def run_bench(cfg, points: list[Point] | None = None, *, verbose: bool = True) -
       except config_lib.ConfigError as e:
         invalid = str(e)
       try:
+        point_kw = {**measure_kw, "profile_dir": _profile_dir(workdir, p.name, b.profile_steps)}
         if invalid is not None:
           result = {"status": "invalid", "error": invalid}
         elif b.isolate:
-          result = run_child({"kind": "point", "config": c.to_dict(), "measure": measure_kw},
-                                     b.point_timeout_s, tmp, f"p{i}")
+          result = run_child({"kind": "point", "config": c.to_dict(), "measure": point_kw},
+                             b.point_timeout_s, tmp, f"p{i}")
         else:
-          result = measure_point(c, **measure_kw)
+          result = measure_point(c, **point_kw)
       except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what is measured, write the outputs
         console.say(f"interrupted at point {i + 1}/{len(points)}; writing what was measured",
                     enabled=verbose)
