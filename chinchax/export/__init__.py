@@ -21,22 +21,8 @@ RMSNorm, output head tied to the embedding or not. RoPE: chinchax rotates the
 need no permutation (the permutation in Meta→HF conversions undoes Meta's
 interleaved pairs, which chinchax does not use).
 
-Tensor mapping (chinchax parameter [shape] → HF name [shape]; D d_model, H heads,
-G key/value heads, K head_dim, F d_ff, V vocab, i the layer)::
-
-  embed_VD [V,D]                        → model.embed_tokens.weight [V,D]
-  blocks.i.attn_norm.scale [D]          → model.layers.i.input_layernorm.weight [D]
-  blocks.i.attn.wq_DHK [D,H,K]          → model.layers.i.self_attn.q_proj.weight [H·K,D]  (reshape(D,H·K)ᵀ)
-  blocks.i.attn.wk_DHK [D,G,K]          → model.layers.i.self_attn.k_proj.weight [G·K,D]  (reshape(D,G·K)ᵀ)
-  blocks.i.attn.wv_DHK [D,G,K]          → model.layers.i.self_attn.v_proj.weight [G·K,D]  (reshape(D,G·K)ᵀ)
-  blocks.i.attn.wo_HKD [H,K,D]          → model.layers.i.self_attn.o_proj.weight [D,H·K]  (reshape(H·K,D)ᵀ)
-  blocks.i.mlp_norm.scale [D]           → model.layers.i.post_attention_layernorm.weight [D]
-  blocks.i.mlp.w_gate_DF [D,F]          → model.layers.i.mlp.gate_proj.weight [F,D]       (ᵀ)
-  blocks.i.mlp.w_up_DF [D,F]            → model.layers.i.mlp.up_proj.weight [F,D]         (ᵀ)
-  blocks.i.mlp.w_down_FD [F,D]          → model.layers.i.mlp.down_proj.weight [D,F]       (ᵀ)
-  final_norm.scale [D]                  → model.norm.weight [D]
-  head_DV [D,V] (untied only)           → lm_head.weight [V,D]                            (ᵀ)
-
+The tensor mapping, used by this export and by ``train.init_from=hf:DIR`` alike, is the
+one table of :mod:`chinchax.export.llama_table`.
 With tied embeddings ``lm_head.weight`` is omitted and ``tie_word_embeddings``
 is true. Row h·K + k of q_proj (g·K + k of k/v_proj) is head h (g), dimension k, as
 HF's ``view(B, T, -1, K)`` expects; HF's ``repeat_kv`` gives query head h the key/value
@@ -58,6 +44,7 @@ from chinchax import budget
 from chinchax import console
 from chinchax import model as model_lib
 from chinchax import paths as paths_lib
+from chinchax.export import llama_table
 from chinchax.export import outdir
 from chinchax.export import tokenizer_files
 from chinchax.export.error import ExportError
@@ -65,20 +52,7 @@ from chinchax.export.error import ExportError
 FORMATS = ("safetensors",)
 DTYPES = ("float32", "bfloat16")
 # (chinchax parameter, HF tensor, transform), i = layer index; recorded in export_info.json.
-MAPPING = [
-    ("embed_VD", "model.embed_tokens.weight", "identity"),
-    ("blocks.i.attn_norm.scale", "model.layers.i.input_layernorm.weight", "identity"),
-    ("blocks.i.attn.wq_DHK", "model.layers.i.self_attn.q_proj.weight", "reshape(D, H*K).T"),
-    ("blocks.i.attn.wk_DHK", "model.layers.i.self_attn.k_proj.weight", "reshape(D, G*K).T"),
-    ("blocks.i.attn.wv_DHK", "model.layers.i.self_attn.v_proj.weight", "reshape(D, G*K).T"),
-    ("blocks.i.attn.wo_HKD", "model.layers.i.self_attn.o_proj.weight", "reshape(H*K, D).T"),
-    ("blocks.i.mlp_norm.scale", "model.layers.i.post_attention_layernorm.weight", "identity"),
-    ("blocks.i.mlp.w_gate_DF", "model.layers.i.mlp.gate_proj.weight", "T"),
-    ("blocks.i.mlp.w_up_DF", "model.layers.i.mlp.up_proj.weight", "T"),
-    ("blocks.i.mlp.w_down_FD", "model.layers.i.mlp.down_proj.weight", "T"),
-    ("final_norm.scale", "model.norm.weight", "identity"),
-    ("head_DV (untied only)", "lm_head.weight", "T"),
-]
+MAPPING = llama_table.mapping()
 
 
 def _strip_values(tree):
@@ -191,37 +165,33 @@ def model_config(run: dict):
       scan_layers=bool(sig.get("scan_layers", False)))
 
 
-def _layer(tree, i: int):
-  """Layer ``i`` of a stacked (``model.scan_layers``) parameter tree: every leaf's [i]."""
-  if isinstance(tree, dict):
-    return {k: _layer(v, i) for k, v in tree.items()}
-  return np.asarray(tree)[i]
+def _param(params: dict, name: str, stacked: bool) -> np.ndarray:
+  """The parameter ``name`` (``blocks.3.attn.wq_DHK``) of a restored tree; of a stacked
+  (``model.scan_layers``) tree, row 3 of ``blocks.attn.wq_DHK``."""
+  parts = name.split(".")
+  layer = None
+  if parts[0] == "blocks" and stacked:
+    layer, parts = int(parts[1]), parts[:1] + parts[2:]
+  node = params
+  for part in parts:
+    node = node[part] if part in node else node[int(part)]
+  return np.asarray(node) if layer is None else np.asarray(node)[layer]
 
 
 def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
-  """chinchax parameters → HF Llama tensors (see the module docstring for the mapping)."""
-  D, H, K = cfg.d_model, cfg.n_heads, cfg.d_model // cfg.n_heads
-  f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))
-  out = {"model.embed_tokens.weight": f32(params["embed_VD"])}
+  """chinchax parameters → HF Llama float32 tensors, by :mod:`chinchax.export.llama_table`.
+
+  Args:
+    params: nested dicts of arrays with chinchax names (layers as ``blocks.<i>`` or, for
+      ``model.scan_layers``, stacked [n_layers, ...] under ``blocks``).
+    cfg: the model's ``ModelConfig`` (n_layers, tie_embeddings).
+  Returns:
+    HF tensor name → contiguous float32 array, in the table's order.
+  """
   blocks = params["blocks"]
-  stacked = "0" not in blocks  # model.scan_layers: every leaf is [n_layers, ...]
-  for i in range(cfg.n_layers):
-    pre = f"model.layers.{i}."
-    b = _layer(blocks, i) if stacked else blocks[str(i)]
-    attn, mlp = b["attn"], b["mlp"]
-    out[pre + "input_layernorm.weight"] = f32(b["attn_norm"]["scale"])
-    for name, w in (("q", attn["wq_DHK"]), ("k", attn["wk_DHK"]), ("v", attn["wv_DHK"])):
-      w = np.asarray(w)  # q [D, H, K]; k, v [D, G, K]
-      out[pre + f"self_attn.{name}_proj.weight"] = f32(w.reshape(D, w.shape[1] * K).T)
-    out[pre + "self_attn.o_proj.weight"] = f32(np.asarray(attn["wo_HKD"]).reshape(H * K, D).T)
-    out[pre + "post_attention_layernorm.weight"] = f32(b["mlp_norm"]["scale"])
-    out[pre + "mlp.gate_proj.weight"] = f32(np.asarray(mlp["w_gate_DF"]).T)
-    out[pre + "mlp.up_proj.weight"] = f32(np.asarray(mlp["w_up_DF"]).T)
-    out[pre + "mlp.down_proj.weight"] = f32(np.asarray(mlp["w_down_FD"]).T)
-  out["model.norm.weight"] = f32(params["final_norm"]["scale"])
-  if not cfg.tie_embeddings:
-    out["lm_head.weight"] = f32(np.asarray(params["head_DV"]).T)
-  return out
+  stacked = not any(str(k) == "0" for k in blocks)  # model.scan_layers: leaves are [L, ...]
+  return {hf: llama_table.to_hf(_param(params, name, stacked).astype(np.float32), e.transform)
+          for name, hf, e in llama_table.pairs(cfg.n_layers, cfg.tie_embeddings)}
 
 
 def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
