@@ -13,6 +13,8 @@ how many processes read, or on what was read before: a resume needs only the ste
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import math
 
@@ -38,6 +40,17 @@ class WindowSource:
     if not 0 <= i < self.n_windows:
       raise IndexError(f"window {i} out of range [0, {self.n_windows})")
     return self.split.read(int(i) * self.seq_len, self.seq_len + 1).astype(np.int32)
+
+  def windows(self, ids) -> np.ndarray:
+    """int32 [len(ids), seq_len + 1]: windows ``ids`` read together (equal to ``self[i]`` each)."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if len(ids) and (ids.min() < 0 or ids.max() >= self.n_windows):
+      raise IndexError(f"window ids {ids.min()}..{ids.max()} out of range [0, {self.n_windows})")
+    read_windows = getattr(self.split, "read_windows", None)  # a split view may lack it
+    if read_windows is None:
+      return np.stack([self[int(i)] for i in ids]) if len(ids) else np.zeros(
+          (0, self.seq_len + 1), np.int32)
+    return read_windows(ids * self.seq_len, self.seq_len + 1).astype(np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,33 +114,48 @@ class TrainBatches:
   def sample_index(self, step: int, row: int) -> int:
     return step * self.global_batch_size + row
 
+  def _window_array(self, step: int) -> np.ndarray:
+    r0, r1 = self.rows
+    samples = [self.sample_index(step, r) for r in range(r0, r1)]
+    getitems = getattr(self._window_of, "_getitems", None)  # grain's batched index lookup
+    ids = getitems(samples) if getitems is not None else [self._window_of[i] for i in samples]
+    return np.asarray(ids, dtype=np.int64)
+
   def batch(self, step: int) -> np.ndarray:
-    """int32 [rows, seq_len + 1] windows of ``step`` for this process's rows."""
+    """int32 [rows, seq_len + 1] windows of ``step`` for this process's rows.
+
+    The windows are read together (:meth:`TokenSplit.read_windows`); the result
+    equals :meth:`batch_rowwise` bit for bit."""
+    return self.source.windows(self._window_array(step))
+
+  def batch_rowwise(self, step: int) -> np.ndarray:
+    """:meth:`batch` read one window at a time through grain (the reference path)."""
     r0, r1 = self.rows
     return np.stack([self._ds[self.sample_index(step, r)] for r in range(r0, r1)])
 
   def window_ids(self, step: int) -> list[int]:
     """The window index behind each of this process's rows of ``step`` (data-order checks)."""
-    r0, r1 = self.rows
-    return [int(self._window_of[self.sample_index(step, r)]) for r in range(r0, r1)]
+    return [int(i) for i in self._window_array(step)]
 
   def iterator(self, start_step: int, num_threads: int = 2, prefetch: int = 4):
-    """Yields (step, batch) from ``start_step`` on, prefetched on grain threads."""
-    r0, r1 = self.rows
-    rows = r1 - r0
-    B = self.global_batch_size
-    ds = self._ds
+    """Yields (step, batch) from ``start_step`` on, the next ``prefetch`` batches read ahead on
+    ``num_threads`` background threads (a thread reads a whole batch; the order of the yielded
+    steps never depends on the threads)."""
     total = self.plan.steps
-
-    def sample(k):
-      step, r = divmod(k, rows)
-      return ds[(start_step + step) * B + r0 + r]
-
-    local = grain.MapDataset.range((total - start_step) * rows).map(sample).batch(rows)
-    it = local.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
-                                                 prefetch_buffer_size=prefetch))
-    for i, b in enumerate(it):
-      yield start_step + i, b
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, num_threads),
+                                                 thread_name_prefix="chinchax-batches")
+    ahead = collections.deque()
+    nxt = start_step
+    try:
+      for step in range(start_step, total):
+        while nxt < total and len(ahead) < max(1, prefetch):
+          ahead.append(pool.submit(self.batch, nxt))
+          nxt += 1
+        yield step, ahead.popleft().result()
+    finally:
+      for f in ahead:
+        f.cancel()
+      pool.shutdown(wait=True, cancel_futures=True)
 
 
 def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int = 1234,
@@ -149,9 +177,9 @@ def eval_batches(split, seq_len: int, batch_size: int, n_batches: int, seed: int
         f"one eval batch of {batch_size}; raise data.val_fraction, use a larger corpus, or cut a "
         f"single .txt file into documents with data.txt_documents=paragraph")
   n = min(n_batches, len(src) // batch_size)
-  ds = grain.MapDataset.source(src).seed(seed).shuffle()
+  order = grain.MapDataset.range(len(src)).seed(seed).shuffle()
   r0, r1 = rows or (0, batch_size)
-  return [np.stack([ds[i * batch_size + r] for r in range(r0, r1)]) for i in range(n)]
+  return [src.windows([order[i * batch_size + r] for r in range(r0, r1)]) for i in range(n)]
 
 
 # Rows of one fixed-window eval call, rounded up to a multiple of the data-parallel size: a
@@ -229,6 +257,6 @@ def eval_windows(split, seq_len: int, n_windows: int, chunk_rows: int,
   n_chunks = -(-n_windows // chunk_rows)
   padded = np.concatenate([ids, np.full(n_chunks * chunk_rows - n_windows, ids[-1])])
   r0, r1 = rows or (0, chunk_rows)
-  chunks = [np.stack([src[int(padded[c * chunk_rows + r])] for r in range(r0, r1)])
+  chunks = [src.windows(padded[c * chunk_rows + r0:c * chunk_rows + r1])
             for c in range(n_chunks)]
   return EvalWindows(window_ids=ids, chunk_rows=chunk_rows, rows=(r0, r1), chunks=chunks)

@@ -33,6 +33,7 @@ import tensorstore as ts
 
 from chinchax import console
 from chinchax import paths as paths_lib
+from chinchax.data import reader as reader_lib
 from chinchax.data import remote as remote_lib
 
 FORMAT = 2
@@ -74,14 +75,17 @@ def is_complete(directory: pathlib.Path) -> bool:
   return (paths_lib.as_path(directory) / MANIFEST).is_file()
 
 
-def open_array(path: pathlib.Path, *, dtype=None, n_tokens: int | None = None):
-  """Opens (or, given dtype and n_tokens, creates) a 1-D zarr3 token array."""
+def open_array(path: pathlib.Path, *, dtype=None, n_tokens: int | None = None, context=None):
+  """Opens (or, given dtype and n_tokens, creates) a 1-D zarr3 token array.
+
+  ``context``: a tensorstore context (e.g. :func:`chinchax.data.reader.cache_context`)."""
   spec = {"driver": "zarr3", "kvstore": paths_lib.kvstore_spec(path)}
+  kw = {} if context is None else {"context": context}
   if dtype is None:
-    return ts.open(spec, open=True).result()
+    return ts.open(spec, open=True, **kw).result()
   n = max(int(n_tokens), 1)
   return ts.open(spec, create=True, dtype=ts.dtype(np.dtype(dtype).name), shape=[n],
-                 chunk_layout=ts.ChunkLayout(chunk_shape=[min(CHUNK, n)])).result()
+                 chunk_layout=ts.ChunkLayout(chunk_shape=[min(CHUNK, n)]), **kw).result()
 
 
 def hash_parts(dtype, splits: dict) -> str:
@@ -120,25 +124,50 @@ def content_hash(directory: pathlib.Path) -> str:
 
 
 class TokenSplit:
-  """One split of a store: random-access token reads.
+  """One split of a store: random-access token reads, one window or a batch of them.
 
-  Small splits (≤ ``max_in_memory`` tokens) are read into memory once; larger
-  ones are read window by window from tensorstore.
+  Args:
+    directory: the store (local or gs://).
+    split: "train" | "val".
+    max_in_memory: with ``reader="auto"``, a split of at most this many tokens
+      that cannot be memory-mapped is read into this process's RAM once.
+    reader: how windows are read (:mod:`chinchax.data.reader`): ``auto`` =
+      ``mmap`` for a local store (raw chunk files, page cache shared by the
+      host's processes), else ``memory`` up to ``max_in_memory`` tokens, else
+      ``tensorstore``; or one of those three by name (``memory`` for any
+      size: the whole split in RAM).
+    cache_mb: MB of tensorstore chunk cache (``tensorstore`` reader; gs://).
+  Raises:
+    ValueError: an unknown split or reader name.
   """
 
-  def __init__(self, directory: pathlib.Path, split: str, max_in_memory: int = 1 << 28):
+  def __init__(self, directory: pathlib.Path, split: str, max_in_memory: int = 1 << 28,
+               reader: str = "auto", cache_mb: float = 256.0):
     if split not in SPLITS:
       raise ValueError(f"split {split!r} is not one of {SPLITS}")
+    if reader not in reader_lib.READERS:
+      raise ValueError(f"reader {reader!r} is not one of {reader_lib.READERS}")
     self.directory = paths_lib.as_path(directory)
     self.manifest = json.loads((self.directory / MANIFEST).read_text())
     self.split = split
     counts = self.manifest["splits"][split]
     self.n_tokens = counts["tokens"]
     self.n_bytes = counts["bytes"]
-    self._ts = open_array(self.directory / f"{split}.zarr")
-    self._mem = None
-    if self.n_tokens <= max_in_memory:
-      self._mem = np.asarray(self._ts[: self.n_tokens].read().result())
+    path = self.directory / f"{split}.zarr"
+    chosen = None
+    if reader in ("auto", "mmap"):
+      chosen = reader_lib.ChunkFileReader.open(path)
+      if chosen is None and reader == "mmap":
+        raise ValueError(f"{path} cannot be memory-mapped (a gs:// store, or chunks that are "
+                         f"not raw bytes); use reader 'auto', 'memory' or 'tensorstore'")
+    if chosen is None:
+      self._ts = open_array(path, context=reader_lib.cache_context(int(cache_mb * 2**20)))
+      if reader == "memory" or (reader == "auto" and self.n_tokens <= max_in_memory):
+        chosen = reader_lib.MemoryReader(np.asarray(self._ts[: self.n_tokens].read().result()))
+      else:
+        chosen = reader_lib.TensorstoreReader(self._ts)
+    self.reader = chosen
+    self._mem = chosen.tokens if chosen.kind == "memory" else None
 
   @property
   def bytes_per_token(self) -> float:
@@ -147,9 +176,14 @@ class TokenSplit:
 
   def read(self, start: int, length: int) -> np.ndarray:
     """Tokens [start, start + length) as uint16 / uint32 [length]."""
-    if self._mem is not None:
-      return self._mem[start:start + length]
-    return np.asarray(self._ts[start:start + length].read().result())
+    return self.reader.read(start, length)
+
+  def read_windows(self, starts, length: int) -> np.ndarray:
+    """Tokens [s, s + length) for each s of ``starts`` (int [n]): uint16 / uint32 [n, length].
+
+    All windows of the call are read at once (see :mod:`chinchax.data.reader`);
+    the values equal ``read(s, length)`` row by row."""
+    return self.reader.read_windows(starts, length)
 
   def all_tokens(self) -> np.ndarray:
     return self._mem if self._mem is not None else self.read(0, self.n_tokens)
