@@ -122,7 +122,9 @@ def base_config() -> ml_collections.ConfigDict:
   d.val_fraction = 0.05           # fraction of documents held out for validation (at least 1)
   d.shuffle_seed = -1             # seed of the training data order; -1 = follow seed (trial_seeds share this order)
   d.allow_repeat = False          # permit more than one epoch over the training split
-  d.read_threads = 2              # grain reader threads prefetching the next batches
+  d.read_threads = 2              # threads reading the next training batches ahead (each reads whole batches)
+  d.store_reader = "auto"         # how the token store is read: auto (local: mmap its chunk files; else RAM up to 2^28 tokens, else tensorstore) | mmap | memory | tensorstore
+  d.store_cache_mb = 256.0        # MB of tensorstore chunk cache per split when read through tensorstore (gs:// stores)
 
   c.mesh = x = ml_collections.ConfigDict()
   x.data = -1                     # data-parallel axis size; -1 = fill with the remaining devices

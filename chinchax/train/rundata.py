@@ -67,8 +67,9 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
     directory = builder_lib.prepare(
         config.data, progress=config.train.progress and jax.process_index() == 0,
         on_scan=on_scan)
-  train_split = store_lib.TokenSplit(directory, "train")
-  val_split = store_lib.TokenSplit(directory, "val")
+  read = dict(reader=config.data.store_reader, cache_mb=config.data.store_cache_mb)
+  train_split = store_lib.TokenSplit(directory, "train", **read)
+  val_split = store_lib.TokenSplit(directory, "val", **read)
   if rows is None:
     per_proc = spec.global_batch_size // jax.process_count()
     rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
