@@ -32,6 +32,8 @@ from chinchax import wandblog
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
+from chinchax.export import hf_load
+from chinchax.export import hf_source
 import chinchax.train.mfu as mfu
 import chinchax.train.spec as spec_lib
 import chinchax.train.step as step_lib
@@ -54,9 +56,12 @@ class Diverged(errors.UserError):
 
 @interrupts.deferring  # orbax reads and XLA compiles: Ctrl-C waits for the next step boundary
 def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainProgram,
-                     init_src: checkpoint_lib.InitSource | None, workdir: pathlib.Path):
+                     init_src: checkpoint_lib.InitSource | None, workdir: pathlib.Path,
+                     hf_src: hf_source.HFSource | None = None):
   """(state, resumed, init): the latest checkpoint of this run onto the mesh; else the
-  ``train.init_from`` checkpoint's full state; else a fresh sharded state.
+  ``train.init_from`` checkpoint's full state; else, for ``train.init_from=hf:DIR``, its
+  params streamed onto the mesh with a fresh optimizer state at step 0; else a fresh
+  sharded state.
 
   ``init`` is {"from": checkpoints directory, "step": s} when the run started from
   another run's checkpoint (read back from config.json on a resume), else None.
@@ -68,6 +73,13 @@ def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainP
     state = checkpoint_lib.restore_init_source(init_src, program.abstract_state,
                                                program.shardings)
     return state, False, {"from": str(init_src.directory), "step": init_src.step}
+  if hf_src is not None:
+    params = hf_load.load_params(hf_src, program.abstract_state["params"],
+                                 program.shardings["params"], program.spec.model.n_layers)
+    opt_state = jax.jit(program.tx.init, out_shardings=program.shardings["opt_state"])(params)
+    step = jax.device_put(jax.numpy.zeros((), jax.numpy.int32), program.shardings["step"])
+    return ({"step": step, "params": params, "opt_state": opt_state}, False,
+            {"from": hf_source.PREFIX + str(hf_src.directory), "step": 0})
   return program.init_state(), False, None
 
 
@@ -211,6 +223,9 @@ def train(config, devices=None, verbose: bool = True) -> dict:
       ``train.init_from`` (used only while the workdir has no checkpoint) names a
       missing step or a run of another model shape, vocab, tokenizer, seq_len or
       batch (before any data is read; see ``checkpoint.check_init_source``).
+    HFCheckpointError: ``train.init_from=hf:DIR`` is not an HF Llama checkpoint chinchax's
+      model can hold, or conflicts with the config (before any data is read; see
+      ``chinchax.export.hf_source``).
     Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
       boundary after a checkpoint was saved (see ``chinchax.distributed``).
@@ -219,6 +234,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   primary = jax.process_index() == 0
   say = lambda msg: console.say(msg, enabled=verbose and primary)  # noqa: E731
   devices = list(jax.devices() if devices is None else devices)
+  hf_src = hf_source.open_source(config)  # init_from=hf:DIR sets the model shape and tokenizer
   spec = spec_lib.resolve(config, len(devices))
   if config.train.stop_after_s > 0 and jax.process_count() > 1:
     # each process reads its own clock: they could stop at different steps and hang
@@ -243,7 +259,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
                                   tokenizer_sha256=tokenizer_sha256,
                                   abstract_state=program.abstract_state)
   init_src = None
-  if config.train.init_from.strip() and not checkpoint_lib.has_checkpoints(workdir):
+  if hf_src is None and config.train.init_from.strip() and not checkpoint_lib.has_checkpoints(
+      workdir):
     init_src = checkpoint_lib.check_init_source(
         config, workdir, spec.steps, vocab_size=spec.model.vocab_size,
         tokenizer_sha256=tokenizer_sha256, abstract_state=program.abstract_state)
@@ -269,7 +286,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
                                      config.train.keep_checkpoints,
                                      config_lib.parse_save_steps(config.train.save_steps))
-  state, resumed, init = _restore_or_init(ckpt, program, init_src, workdir)
+  state, resumed, init = _restore_or_init(ckpt, program, init_src, workdir, hf_src)
   start_step = int(jax.device_get(state["step"]))
   if primary:
     manifest = data.train_split.manifest
