@@ -56,7 +56,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.decay_shape = "1-sqrt"        # wsd: linear | 1-sqrt decay to min_lr_ratio·peak_lr (1-sqrt beats linear: Hägele et al. 2024, Sec. 3)
   t.decay_start_step = 0          # wsd: step where the decay begins (0 = round(steps·(1 - decay_fraction))); at or past the last step: no decay (a trunk)
   t.save_steps = ""               # comma-separated steps whose checkpoints are saved and never deleted (a trunk's branch points)
-  t.init_from = ""                # another run's workdir (or its checkpoints dir): start from its checkpoint (params, optimizer, step); ignored once this workdir has checkpoints
+  t.init_from = ""                # another run's workdir (or its checkpoints dir): start from its checkpoint (params, optimizer, step); hf:DIR = an HF Llama safetensors checkpoint: its params, model shape and tokenizer, fresh optimizer, step 0 (docs/export.md); ignored once this workdir has checkpoints
   t.init_step = 0                 # the step of init_from's checkpoint (0 = its latest)
   t.b1 = 0.9                      # AdamW beta1
   t.b2 = 0.95                     # AdamW beta2
