@@ -81,8 +81,8 @@ def open_array(path: pathlib.Path, *, dtype=None, n_tokens: int | None = None, c
   ``context``: a tensorstore context (e.g. :func:`chinchax.data.reader.cache_context`)."""
   spec = {"driver": "zarr3", "kvstore": paths_lib.kvstore_spec(path)}
   kw = {} if context is None else {"context": context}
-  if dtype is None:
-    return ts.open(spec, open=True, **kw).result()
+  if dtype is None:  # a complete store never changes: cached chunks need no revalidation
+    return ts.open({**spec, "recheck_cached_data": False}, open=True, **kw).result()
   n = max(int(n_tokens), 1)
   return ts.open(spec, create=True, dtype=ts.dtype(np.dtype(dtype).name), shape=[n],
                  chunk_layout=ts.ChunkLayout(chunk_shape=[min(CHUNK, n)]), **kw).result()

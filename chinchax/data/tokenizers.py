@@ -24,8 +24,10 @@ rules), ``encode_batch`` (list of UTF-8 bytes → list of id arrays) and
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
+import re
 from typing import Iterable
 
 import numpy as np
@@ -35,6 +37,41 @@ from chinchax.data.sources import DataError
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 BPE_EOS = "<|endoftext|>"
 SPECIAL_AS_TEXT = b"chinchax: special tokens inside text are encoded as text\n"
+
+
+# Documents longer than this are encoded in pieces cut at safe boundaries (:func:`split_document`),
+# and encode_batch encodes at most about ENCODE_GROUP_BYTES of text per call: the HF tokenizer
+# holds 125-145 bytes of RAM per byte of text it encodes at once.
+PIECE_BYTES = 1 << 20
+ENCODE_GROUP_BYTES = 2 << 20
+# A cut right after a newline between two ASCII non-space characters: under GPT-2's byte-level
+# pre-tokenisation regex (no lookbehind; the newline is a pre-token of its own both in the whole
+# text and at the end of a piece) the pre-tokens, hence the BPE ids, are the same either way.
+_SAFE_CUT = re.compile(rb"(?<=[\x21-\x7e])\n(?=[\x21-\x7e])")
+
+
+def split_document(data: bytes, max_bytes: int = PIECE_BYTES) -> list[bytes]:
+  """Cuts ``data`` into pieces of at most ``max_bytes`` where possible, only after a newline
+  that sits between two ASCII non-space characters (a piece runs longer when no such newline
+  comes in time). Encoding the pieces one by one gives the ids of the whole document for the
+  byte tokenizer and for a byte-level BPE with GPT-2 pre-tokenisation and no added prefix space
+  (the ``bpe`` tokenizer); see :func:`_splittable`.
+
+  Returns:
+    the pieces, whose concatenation is ``data``.
+  """
+  if len(data) <= max_bytes:
+    return [data]
+  cuts, best = [0], None
+  for m in _SAFE_CUT.finditer(data):
+    p = m.end()
+    if p - cuts[-1] > max_bytes and best is not None and best > cuts[-1]:
+      cuts.append(best)
+    best = p
+  if len(data) - cuts[-1] > max_bytes and best is not None and best > cuts[-1]:
+    cuts.append(best)
+  cuts.append(len(data))
+  return [data[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 class TokenizerError(DataError):
@@ -87,6 +124,21 @@ def _hf():
   return tokenizers
 
 
+def _splittable(tokenizer_json: str) -> bool:
+  """Whether a tokenizer.json encodes text cut by :func:`split_document` to the same ids: a BPE
+  model behind GPT-2's byte-level pre-tokenisation (regex on, no prefix space), no normalizer,
+  and only special added tokens (special tokens inside text are encoded as text here)."""
+  try:
+    j = json.loads(tokenizer_json)
+  except ValueError:
+    return False
+  pre = j.get("pre_tokenizer") or {}
+  return (j.get("normalizer") is None and (j.get("model") or {}).get("type") == "BPE"
+          and pre.get("type") == "ByteLevel" and pre.get("add_prefix_space") is False
+          and pre.get("use_regex", True) is True
+          and all(t.get("special") for t in j.get("added_tokens") or []))
+
+
 class HFTokenizer:
   """An HF ``tokenizers.Tokenizer`` behind the chinchax tokenizer interface.
 
@@ -125,6 +177,7 @@ class HFTokenizer:
     tokenizer.encode_special_tokens = True
     self.digest = hashlib.sha256(
         SPECIAL_AS_TEXT + self._json.encode("utf-8")).hexdigest()
+    self.splittable = _splittable(self._json)
 
   @classmethod
   def from_file(cls, path: str, eos_token: str = "", *, name: str = "hf", kind: str = "hf"):
@@ -158,11 +211,32 @@ class HFTokenizer:
     return self.encode_batch([data])[0]
 
   def encode_batch(self, docs: list[bytes]) -> list[np.ndarray]:
-    """Documents (valid UTF-8 bytes) → id arrays in ``self.dtype``, one per document."""
-    texts = [d.decode("utf-8") for d in docs]
-    fast = getattr(self._tok, "encode_batch_fast", None)
-    encodings = (fast or self._tok.encode_batch)(texts, add_special_tokens=False)
-    return [np.asarray(e.ids, dtype=np.int64).astype(self.dtype) for e in encodings]
+    """Documents (valid UTF-8 bytes) → id arrays in ``self.dtype``, one per document.
+
+    Encoded about :data:`ENCODE_GROUP_BYTES` of text per tokenizer call; when
+    ``splittable`` (:func:`_splittable`), a document above :data:`PIECE_BYTES`
+    is encoded in the pieces of :func:`split_document` (the same ids), so RAM
+    stays bounded whatever a document's size."""
+    pieces, owner = [], []
+    for k, d in enumerate(docs):
+      parts = split_document(d) if self.splittable else [d]
+      pieces += parts
+      owner += [k] * len(parts)
+    fast = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
+    out = [[] for _ in docs]
+    i = 0
+    while i < len(pieces):
+      j, size = i, 0
+      while j < len(pieces) and (j == i or size + len(pieces[j]) <= ENCODE_GROUP_BYTES):
+        size += len(pieces[j])
+        j += 1
+      encodings = fast([p.decode("utf-8") for p in pieces[i:j]], add_special_tokens=False)
+      for k, e in zip(owner[i:j], encodings):
+        out[k].append(np.asarray(e.ids, dtype=np.int64).astype(self.dtype))
+      del encodings
+      i = j
+    return [a[0] if len(a) == 1 else np.concatenate(a) if a else np.zeros(0, self.dtype)
+            for a in out]
 
   def decode(self, ids) -> bytes:
     """ids → UTF-8 bytes; special tokens (EOS) are dropped."""
