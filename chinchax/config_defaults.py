@@ -17,6 +17,7 @@ import tokenize
 
 import ml_collections
 
+from chinchax import config_ladders
 from chinchax.config_checks import ConfigError
 
 
@@ -122,6 +123,8 @@ def base_config() -> ml_collections.ConfigDict:
   d.val_fraction = 0.05           # fraction of documents held out for validation (at least 1)
   d.shuffle_seed = -1             # seed of the training data order; -1 = follow seed (trial_seeds share this order)
   d.allow_repeat = False          # permit more than one epoch over the training split
+  d.unique_tokens = 0             # train on only the first U tokens of the training split (whole documents, nearest boundary), in epochs of fresh permutations; 0 = the whole split (chinchax.data.unique)
+  d.max_epochs = 0.0              # refuse a run that reads its training tokens (the unique prefix) more than this many times; 0 = no limit
   d.read_threads = 2              # threads reading the next training batches ahead (each reads whole batches)
   d.store_reader = "auto"         # how the token store is read: auto (local: mmap its chunk files; else RAM up to 2^28 tokens, else tensorstore) | mmap | memory | tensorstore
   d.store_cache_mb = 256.0        # MB of tensorstore chunk cache per split when read through tensorstore (gs:// stores)
@@ -202,6 +205,8 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.seeds = 1                     # S > 1: every LR trial with S init seeds (seed, seed+1, …) on one batch stream; the point is their mean, seed_sd its noise
   l.batch_min_steps = 1           # > 1: the deepseek / porian batch shrinks (down to 1 sequence) so every run takes at least this many steps (1000 lifts the few-step largest sizes off a loss plateau, but measured on the default grid it made the approaches disagree more: docs/ladder.md)
   l.schedule = "cosine"           # cosine: each run its own cycle | wsd: per shape one trunk, the other runs cool down off it (chinchax.ladder.wsd; Hägele et al. 2024)
+  l.unique_tokens = ""            # comma-separated unique-data sizes U (tokens; 0 = the whole split): every (C, N) of the grid trains once per U with data.unique_tokens=U, in epochs (chinchax.ladder.repeat); "" = no axis
+  l.validate_unique_tokens = 0    # with a unique_tokens axis: the validation run's data.unique_tokens (its C is validate_factor × c_max, its N the grid's centre rule; no fit needed)
   l.cooldown_fraction = 0.2       # wsd: each run decays over its last fraction of steps, in (0, 0.9] (Hägele et al. 2024, Sec. 3: 10-20% match cosine)
   l.fit = True                    # fit Approaches 1-3 to the table when the ladder finishes
   l.validate = True               # after the fit, train a held-out run at validate_factor × c_max with the fitted law's N_opt; predicted vs measured loss in fit.json / fit.md
@@ -234,7 +239,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
 
 
 def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
-  """Named ladder variants: default, gutenberg, isotime, tiny (for tests).
+  """Named ladder variants: default, gutenberg, isotime, repeat, tiny and repeat_tiny (tests).
 
   Raises:
     ConfigError: for an unknown name.
@@ -260,6 +265,9 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     # time varied 25-37 ms over 8 repeats on this 2-core host, with one 23-28 ms (docs/time-budgets.md).
     c.train_config.data.read_threads = 1
     return c
+  if name in config_ladders.REPEAT_VARIANTS:  # data-constrained: a unique_tokens axis
+    return config_ladders.repeat_variant(get_ladder_variant("tiny") if name == "repeat_tiny"
+                                         else c, name)
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"
     c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
@@ -270,7 +278,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     c.train_config.mesh.num_cpu_devices = 0
     return c
   raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, isotime, "
-                    f"tiny")
+                    f"repeat, repeat_tiny, tiny")
 
 
 def bench_model(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> ml_collections.ConfigDict:

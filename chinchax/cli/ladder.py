@@ -83,7 +83,7 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
   lc = config.ladder
   timed = lc.budget_kind == "seconds"
   out = table.parent / "fit"
-  plan = None
+  plan, fitted = None, True
   try:
     if timed:
       plan = ladder_lib.prepare(config, devices, check_data=False)
@@ -94,10 +94,12 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
                                warn=console.warn)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
-    return
+    if not ladder_lib.unique_axis(lc):
+      return
+    fitted = False  # a data-constrained ladder's validation run is fixed by its config
   if validate:
     plan = plan or ladder_lib.prepare(config, devices, check_data=False)
-    if ladder_lib.run_validation(plan, out / "fit.json") is not None:
+    if ladder_lib.run_validation(plan, out / "fit.json") is not None and fitted:
       if timed:
         isotime_fit.add_isotime_validation(table, out, log=console.say)
       else:

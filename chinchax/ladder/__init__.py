@@ -23,6 +23,7 @@ from chinchax.ladder.lease import Lease, Leases, worker_id
 from chinchax.ladder.local import (LocalResult, die_with_parent, is_local_worker,
                                    run_local_workers, worker_command)
 from chinchax.ladder.progress import LadderProgress
+from chinchax.ladder.repeat import axis_of as unique_axis
 from chinchax.ladder.table import ResultsTable
 from chinchax.ladder.tuning import tuned
 from chinchax.ladder.validation import plan_validation, run_validation
@@ -35,5 +36,6 @@ __all__ = [
     "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
     "describe", "finish_line", "plan_runs", "plan_validation", "prepare", "run_config",
     "run_ladder", "run_local_workers", "run_states", "run_validation", "train_run", "tuned",
+    "unique_axis",
     "validate_ladder", "work", "worker_command", "worker_id",
 ]

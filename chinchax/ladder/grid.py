@@ -22,6 +22,7 @@ from chinchax import budget
 from chinchax import config as config_lib
 from chinchax import hparams as hparams_lib
 from chinchax.planning import shapes as shapes_lib
+import chinchax.ladder.repeat as repeat
 import chinchax.ladder.tuning as tuning
 
 
@@ -40,6 +41,8 @@ class LadderRun:
     seconds_budget: an IsoTime run's budget, seconds of training (its steps are
       set from its step time, :mod:`chinchax.ladder.isotime`; ``C_budget`` is then
       the nominal compute its hyperparameters are read at); None on an IsoFLOP grid.
+    unique_tokens: the run's ``data.unique_tokens`` on a ladder with a unique-data axis
+      (:mod:`chinchax.ladder.repeat`); None: the base training config's.
   """
 
   run_id: str
@@ -49,6 +52,7 @@ class LadderRun:
   hparams: hparams_lib.HParams
   role: str = "grid"
   seconds_budget: float | None = None
+  unique_tokens: int | None = None
 
   @property
   def counts(self) -> budget.ParamCounts:
@@ -245,6 +249,7 @@ def validate_ladder(lc) -> None:
     raise E(f"ladder.cooldown_fraction={lc.cooldown_fraction!r} must lie in "
             f"(0, {config_lib.MAX_DECAY_FRACTION}]")
   tuning.validate_tuning(lc)
+  repeat.validate_axis(lc)
   for k in ("min_steps", "batch_min_steps"):
     if not isinstance(lc[k], int) or lc[k] < 1:
       raise E(f"ladder.{k}={lc[k]!r} must be an integer >= 1")
@@ -271,5 +276,7 @@ def run_config(base, run: LadderRun, workdir: pathlib.Path):
   if hp.rule != "fixed":
     c.train.update(peak_lr=hp.peak_lr, global_batch_size=hp.global_batch_size, b2=hp.b2,
                    warmup_steps=hp.warmup_steps)
+  if run.unique_tokens is not None:  # a ladder.unique_tokens axis
+    c.data.unique_tokens = run.unique_tokens
   c.workdir = str(workdir / "runs" / run.run_id)
   return c

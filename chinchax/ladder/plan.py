@@ -18,10 +18,13 @@ from chinchax import config as config_lib
 from chinchax import paths as paths_lib
 from chinchax import train as train_lib
 from chinchax import wandblog
+from chinchax.data import sources as sources_lib
+from chinchax.data import unique as unique_lib
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib
+import chinchax.ladder.repeat as repeat
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.tuning as tuning
 import chinchax.ladder.wsd as wsd_lib
@@ -107,6 +110,7 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
   runs = (isotime.plan_runs if timed else grid.plan_runs)(
       lc, base.train, spec0.model.vocab_size,
       batch_multiple=grid.data_parallel_size(base, len(devices)))
+  runs = repeat.expand(runs, lc)  # ladder.unique_tokens: the grid once per unique-data size
   short = [] if timed else [r for r in runs if r.hparams.steps < lc.min_steps]
   if short:
     r = short[0]
@@ -132,11 +136,14 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
 
 def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
   """Builds (or loads) the token store and checks it feeds every run of ``runs`` without
-  repetition (unless ``data.allow_repeat``).
+  repetition (unless ``data.allow_repeat``), and each run's unique-data prefix
+  (``data.unique_tokens``, :mod:`chinchax.data.unique`) feeds it.
 
   Raises:
     ConfigError: a run needs more than one epoch of the training split.
-    DataError: the corpus cannot be read.
+    DataError: the corpus cannot be read; a run's ``data.unique_tokens`` exceeds the split,
+      holds less than one batch, or is read more than ``data.max_epochs`` times (or more than
+      once without ``data.allow_repeat``); the message names the run.
   """
   base = plan.config.train_config
   spec0 = train_lib.resolve(base, len(plan.devices))
@@ -148,7 +155,26 @@ def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
     time.sleep(1.0)
     split = train_lib.prepare_data(first, one_step).train_split
   n_windows = (split.n_tokens - 1) // base.train.seq_len
+  ends = None
   for r in runs:
+    asked = base.data.unique_tokens if r.unique_tokens is None else r.unique_tokens
+    if asked or base.data.max_epochs:
+      what = f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,})"
+      try:
+        rc = plan.run_config(r)
+        unique_lib.check_config(rc.data, rc.train)
+        if asked and ends is None:
+          ends = unique_lib.document_ends(split.directory, split.n_tokens)
+        unique = (unique_lib.prefix_tokens(ends, split.n_tokens, asked) if asked
+                  else split.n_tokens)
+        unique_lib.check_reads(unique, asked, seq_len=base.train.seq_len,
+                               global_batch_size=r.hparams.global_batch_size,
+                               steps=r.hparams.steps, allow_repeat=base.data.allow_repeat,
+                               max_epochs=base.data.max_epochs, what=what)
+      except sources_lib.DataError as e:
+        raise sources_lib.DataError(
+            str(e) if str(e).startswith(what) else f"{what}: {e}") from None
+      continue
     need = r.hparams.steps * r.hparams.global_batch_size
     if need > n_windows and not base.data.allow_repeat:
       raise config_lib.ConfigError(

@@ -81,6 +81,9 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
                                   cfg.train.global_batch_size * cfg.train.seq_len),
         "wall_time_s": time.time() - t0, "tokens_per_s": summary["tokens_per_s"],
         "mfu": summary["mfu"], "resumed": summary.get("resumed", False),
+        # how often it read its training tokens (data.unique_tokens; chinchax.data.unique)
+        **{k: summary.get(k) for k in ("unique_tokens", "epochs", "repeated_tokens")},
+        "unique_tokens_target": cfg.data.unique_tokens,
         "recipe": recipe.row_recipe(plan, r, cfg, summary)})
     if tp is not None:
       row.update(isotime.row_fields(plan, r, tp, summary, cfg))

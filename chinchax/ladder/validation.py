@@ -10,11 +10,17 @@ shape rule and given the ``ladder.hparams`` settings. Its row in
 measured final eval loss with the law's prediction
 (:mod:`analysis.validation`). Extrapolating 3× past the grid is the
 out-of-sample test Hoffmann et al. 2022 make with Chinchilla itself (Sec. 3.4).
+
+A ladder with a unique-data axis (``ladder.unique_tokens``, :mod:`chinchax.ladder.repeat`)
+trains a validation run fixed by its config instead (:func:`plan_fixed_validation`): no fit
+is needed to place it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import pathlib
 
 from chinchax import console
@@ -23,6 +29,7 @@ from chinchax import laws
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib
+import chinchax.ladder.repeat as repeat
 import chinchax.ladder.worker as worker_lib
 
 
@@ -42,10 +49,29 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
                        batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
 
 
+def plan_fixed_validation(plan: worker_lib.LadderPlan) -> grid.LadderRun:
+  """The validation run of a ladder with a unique-data axis, fixed by its config: C_val =
+  ``ladder.validate_factor`` × ``ladder.c_max``, N = sqrt(C_val / (6 · tokens_per_param)) (the
+  grid's centre rule), ``data.unique_tokens`` = ``ladder.validate_unique_tokens``; id
+  ``VU<U>_C<C>_N<N>``."""
+  lc = plan.config.ladder
+  C = lc.validate_factor * lc.c_max
+  base = plan.config.train_config
+  run = grid.make_run(lc, base.train, C, math.sqrt(C / (6.0 * lc.tokens_per_param)), plan.vocab,
+                      role="validation", prefix="V",
+                      batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
+  u = lc.validate_unique_tokens
+  return dataclasses.replace(run, unique_tokens=u,
+                             run_id=f"V{repeat.prefix(u)}{run.run_id.removeprefix('V')}")
+
+
 def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
                    owner: str | None = None) -> dict | None:
   """Trains (or finds) the validation run of an IsoFLOP or an IsoTime ladder (see
-  :func:`train_validation`); returns its row, or None when it cannot run."""
+  :func:`train_validation`); returns its row, or None when it cannot run. A ladder with a
+  unique-data axis trains :func:`plan_fixed_validation` (``fit_json`` is not read)."""
+  if repeat.axis_of(plan.config.ladder):
+    return train_validation(plan, plan_fixed_validation(plan), owner)
   if plan.config.ladder.budget_kind == "seconds":
     try:
       run, prediction = isotime.plan_validation(plan, fit_json)

@@ -12,6 +12,7 @@ from chinchax import distributed as distributed_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
+from chinchax.data import unique as unique_lib
 import chinchax.train.spec as spec_lib
 
 
@@ -25,6 +26,8 @@ class RunData:
     batches: the training batches, a pure function of (seed, step).
     evals: the fixed eval batches, host int32 [b, T+1] each (``train.eval_windows`` = 0).
     windows: the fixed eval windows (``train.eval_windows`` > 0; then ``evals`` is empty).
+    unique_tokens: tokens of the training split the run reads (``data.unique_tokens``
+      rounded to whole documents; the whole split when it is 0).
   """
 
   directory: pathlib.Path
@@ -33,6 +36,7 @@ class RunData:
   batches: pipeline_lib.TrainBatches
   evals: list
   windows: pipeline_lib.EvalWindows | None = None
+  unique_tokens: int = 0
 
   def train_bits_per_byte(self, nats: float) -> float:
     return store_lib.bits_per_byte(nats, self.train_split.n_tokens, self.train_split.n_bytes)
@@ -61,8 +65,10 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
   Raises:
     DataError: see ``builder.prepare``, ``pipeline.TrainBatches`` and
       ``pipeline.eval_batches``; with ``train.eval_windows`` > 0, a validation
-      split of fewer windows (``pipeline.eval_windows``).
+      split of fewer windows (``pipeline.eval_windows``); a ``data.unique_tokens`` the
+      split or the run cannot take (``unique.check_config``, ``unique.check_reads``).
   """
+  unique_lib.check_config(config.data, config.train)  # before the store is built
   with distributed_lib.process_zero_first("chinchax:token-store"):
     directory = builder_lib.prepare(
         config.data, progress=config.train.progress and jax.process_index() == 0,
@@ -73,8 +79,18 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
   if rows is None:
     per_proc = spec.global_batch_size // jax.process_count()
     rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
+  read_split, unique = train_split, train_split.n_tokens
+  if config.data.unique_tokens or config.data.max_epochs:  # a prefix of whole documents
+    if config.data.unique_tokens:
+      unique = unique_lib.prefix_tokens(unique_lib.document_ends(directory, unique),
+                                        unique, config.data.unique_tokens)
+    unique_lib.check_reads(unique, config.data.unique_tokens, seq_len=spec.seq_len,
+                           global_batch_size=spec.global_batch_size, steps=spec.steps,
+                           allow_repeat=config.data.allow_repeat,
+                           max_epochs=config.data.max_epochs)
+    read_split = unique_lib.PrefixSplit(train_split, unique)
   batches = pipeline_lib.TrainBatches(
-      train_split, spec.seq_len, spec.global_batch_size, spec.steps,
+      read_split, spec.seq_len, spec.global_batch_size, spec.steps,
       config_lib.data_shuffle_seed(config),
       allow_repeat=config.data.allow_repeat, rows=rows)
   if config.train.eval_windows:
@@ -84,7 +100,7 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
       eval_rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
     windows = pipeline_lib.eval_windows(val_split, spec.seq_len, config.train.eval_windows,
                                         chunk, rows=eval_rows)
-    return RunData(directory, train_split, val_split, batches, [], windows)
+    return RunData(directory, train_split, val_split, batches, [], windows, unique)
   evals = pipeline_lib.eval_batches(val_split, spec.seq_len, spec.global_batch_size,
                                     config.train.eval_batches, rows=rows)
-  return RunData(directory, train_split, val_split, batches, evals)
+  return RunData(directory, train_split, val_split, batches, evals, unique_tokens=unique)

@@ -6,6 +6,7 @@ import json
 import math
 import pathlib
 
+from chinchax.data import unique as unique_lib
 from chinchax.train.rundata import RunData
 from chinchax.train.steplog import StepLog
 
@@ -52,6 +53,9 @@ def summarize(workdir: pathlib.Path, spec, data: RunData, log: StepLog, *, final
       "compiler_options": dict(compiler_options or {}),
       "init_from": (init or {}).get("from", ""), "init_step": (init or {}).get("step", 0),
       "store": str(data.directory), "store_fingerprint": manifest["fingerprint"],
+      # unique_tokens, epochs, repeated_tokens: how often the run read its training tokens
+      **unique_lib.epoch_fields(final_step * spec.tokens_per_step,
+                                data.unique_tokens or data.train_split.n_tokens),
   }
 
 

@@ -1,0 +1,33 @@
+"""The data-constrained ladder variants ``repeat`` and ``repeat_tiny`` (a unique-data axis).
+
+Kept beside :mod:`chinchax.config_defaults`, which returns them from
+``get_ladder_variant``; see ``configs/ladder.py`` and docs/repeat.md.
+"""
+
+from __future__ import annotations
+
+REPEAT_VARIANTS = ("repeat", "repeat_tiny")
+
+
+def repeat_variant(c, name: str):
+  """``c`` (the default ladder for ``repeat``, the ``tiny`` one for ``repeat_tiny``) made a
+  data-constrained ladder: every (C, N) of its grid at each unique-data size of
+  ``ladder.unique_tokens`` (0 = the whole split: the base grid), repetition allowed, and a
+  validation run at a unique size and epoch count the grid never trains.
+
+  ``repeat`` on the stdlib corpus (bytes, seq_len 64): 4 budgets 1e10 … 2.56e11 FLOPs × 5 sizes
+  (N_opt/2.5 … N_opt·2.5, D 0.12 … 3.7 M tokens) at U = whole split (≤ 0.13 epochs), 100,000
+  and 40,000 tokens (rounded to whole documents: 1 … 40 and 3 … 90 epochs); validation at
+  U = 60,000, C = 2 × 2.56e11 (≈ 33 epochs).
+  """
+  if name == "repeat":
+    c.workdir = "runs/ladder-repeat"
+    c.ladder.update(c_min=1e10, c_max=2.56e11, n_budgets=4, sizes_per_budget=5, spread=2.5,
+                    unique_tokens="0,100000,40000", validate_unique_tokens=60000,
+                    validate_factor=2.0)
+    c.train_config.data.update(allow_repeat=True, max_epochs=200.0)
+    return c
+  c.workdir = "runs/ladder-repeat-tiny"
+  c.ladder.update(unique_tokens="0,5000", validate_unique_tokens=8000, validate_factor=1.5)
+  c.train_config.data.update(allow_repeat=True, max_epochs=500.0)
+  return c

@@ -1,0 +1,140 @@
+"""A unique-data budget: training reads epochs over a prefix of whole documents of its split.
+
+``data.unique_tokens`` = U > 0 keeps the first documents of the training split
+whose tokens (each document's ids and its EOS, as the store lays them out)
+add up to U, rounded to the nearest document boundary (the store records each
+document's start, ``train_docs.npy``), at least one document. The validation
+split is untouched. The windows of the prefix are those of
+:class:`chinchax.data.pipeline.WindowSource` over its tokens only, so none
+reaches past it; each epoch is a fresh seeded permutation of them (grain's
+shuffle, reseeded per epoch), and the batch of a step stays a pure function of
+(seed, step).
+
+A run records ``unique_tokens`` (U after rounding; the whole split's tokens
+when ``data.unique_tokens`` = 0), ``epochs`` = tokens trained / U and
+``repeated_tokens`` = max(0, tokens trained - U): the quantities of the
+data-constrained scaling law (Muennighoff et al. 2023, "Scaling Data-Constrained
+Language Models", Sec. 3: D = U + repeated tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chinchax.data import remote as remote_lib
+from chinchax.data import sources as sources_lib
+
+
+class PrefixSplit:
+  """The first ``n_tokens`` tokens of a :class:`chinchax.data.store.TokenSplit` (read-only view).
+
+  Has what the window pipeline reads of a split: ``n_tokens``, ``read``,
+  ``all_tokens``, ``manifest``, ``directory``.
+  """
+
+  def __init__(self, split, n_tokens: int):
+    self.split, self.n_tokens = split, int(n_tokens)
+    self.manifest, self.directory = split.manifest, split.directory
+
+  def read(self, start: int, length: int) -> np.ndarray:
+    """Tokens [start, min(start + length, n_tokens)) of the prefix."""
+    return self.split.read(start, max(0, min(length, self.n_tokens - start)))
+
+  def all_tokens(self) -> np.ndarray:
+    return self.split.read(0, self.n_tokens)
+
+
+def document_ends(directory, n_tokens: int) -> np.ndarray:
+  """int64 [n_docs]: the end offset of each training document (the next one's start; the last
+  ends at ``n_tokens``), from the store's ``train_docs.npy``."""
+  starts = remote_lib.load_npy(directory / "train_docs.npy").astype(np.int64)
+  return np.append(starts[1:], np.int64(n_tokens))
+
+
+def min_unique_tokens(global_batch_size: int, seq_len: int) -> int:
+  """Tokens a prefix needs for one batch of distinct windows: B·T + 1 (B windows of T + 1
+  tokens, neighbours sharing one)."""
+  return global_batch_size * seq_len + 1
+
+
+def check_config(d, t) -> None:
+  """Checks ``data.unique_tokens`` / ``data.max_epochs`` of a run config (data section ``d``,
+  train section ``t``) before any data is read.
+
+  Raises:
+    DataError: not a non-negative integer / number, or a U below one batch
+      (:func:`min_unique_tokens`).
+  """
+  u, m = d.unique_tokens, d.max_epochs
+  if not isinstance(u, int) or isinstance(u, bool) or u < 0:
+    raise sources_lib.DataError(f"data.unique_tokens={u!r} must be an integer >= 0 (tokens of "
+                                f"the training split to repeat; 0 = the whole split)")
+  if isinstance(m, bool) or not isinstance(m, (int, float)) or not m >= 0:
+    raise sources_lib.DataError(f"data.max_epochs={m!r} must be a number >= 0 (0 = no limit)")
+  need = min_unique_tokens(t.global_batch_size, t.seq_len)
+  if 0 < u < need:
+    raise sources_lib.DataError(
+        f"data.unique_tokens={u:,} is smaller than one batch: global_batch_size="
+        f"{t.global_batch_size} windows of seq_len+1={t.seq_len + 1} tokens need at least "
+        f"{need:,} tokens; raise data.unique_tokens to >= {need:,} (or 0 = the whole split)")
+
+
+def prefix_tokens(ends: np.ndarray, n_tokens: int, unique_tokens: int) -> int:
+  """U rounded to the nearest document end (ties: the shorter), at least the first document.
+
+  Args:
+    ends: int64 [n_docs] document ends (:func:`document_ends`).
+    n_tokens: tokens of the training split.
+    unique_tokens: U asked for (> 0).
+  Raises:
+    DataError: U exceeds the training split.
+  """
+  if unique_tokens > n_tokens:
+    raise sources_lib.DataError(
+        f"data.unique_tokens={unique_tokens:,} exceeds the training split's {n_tokens:,} tokens; "
+        f"use at most {n_tokens:,} (or 0 = the whole split)")
+  i = int(np.searchsorted(ends, unique_tokens))  # ends[i-1] < U <= ends[i]
+  if i == 0:
+    return int(ends[0])
+  lo, hi = int(ends[i - 1]), int(ends[min(i, len(ends) - 1)])
+  return lo if unique_tokens - lo <= hi - unique_tokens else hi
+
+
+def check_reads(unique: int, asked: int, *, seq_len: int, global_batch_size: int, steps: int,
+                allow_repeat: bool, max_epochs: float, what: str = "the run") -> float:
+  """Checks that a prefix of ``unique`` tokens feeds ``steps`` batches; returns its epochs
+  (sequences read / windows of the prefix, as the pipeline counts them).
+
+  Args:
+    unique: tokens of the prefix (after rounding to documents).
+    asked: ``data.unique_tokens`` as given (named in the messages; 0: the whole split).
+    what: the run, for the messages (a ladder names its run).
+  Raises:
+    DataError: the prefix holds fewer windows than one batch; it would be read more than
+      ``max_epochs`` (> 0) times; or more than once without ``allow_repeat``.
+  """
+  n_windows = max((unique - 1) // seq_len, 0)
+  head = (f"data.unique_tokens={asked:,} rounds to {unique:,} tokens of whole documents" if asked
+          else f"the training split's {unique:,} tokens")
+  if n_windows < global_batch_size:
+    raise sources_lib.DataError(
+        f"{head} = {n_windows} windows of seq_len+1={seq_len + 1}, fewer than one batch of "
+        f"global_batch_size={global_batch_size}; raise data.unique_tokens to at least "
+        f"{min_unique_tokens(global_batch_size, seq_len):,} plus a document")
+  epochs = steps * global_batch_size / n_windows
+  if max_epochs and epochs > max_epochs:
+    raise sources_lib.DataError(
+        f"{what} reads {epochs:.2f} epochs of it ({head}), more than data.max_epochs="
+        f"{max_epochs:g}; raise data.max_epochs or data.unique_tokens, or lower the budget")
+  if epochs > 1.0 and not allow_repeat:
+    raise sources_lib.DataError(
+        f"{what} reads {epochs:.2f} epochs of it ({head}); set --config.data.allow_repeat=True "
+        f"to repeat it, or raise data.unique_tokens / lower the budget")
+  return epochs
+
+
+def epoch_fields(tokens: int, unique_tokens: int) -> dict:
+  """``unique_tokens`` U, ``epochs`` = tokens / U (float) and ``repeated_tokens`` = tokens beyond
+  the first pass, max(0, tokens - U), of a run that trained ``tokens`` tokens."""
+  return {"unique_tokens": int(unique_tokens), "epochs": tokens / unique_tokens,
+          "repeated_tokens": int(max(0, tokens - unique_tokens))}

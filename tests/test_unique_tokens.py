@@ -1,0 +1,183 @@
+"""data.unique_tokens: epochs over a prefix of whole documents, resume, rows, bad input."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from chinchax import config as config_lib
+from chinchax import ladder
+from chinchax import train as train_lib
+from chinchax.data import builder as builder_lib
+from chinchax.data import pipeline as pipeline_lib
+from chinchax.data import sources as sources_lib
+from chinchax.data import store as store_lib
+from chinchax.data import unique as unique_lib
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _train_split(c):
+  directory = builder_lib.prepare(c.data, progress=False)
+  return directory, store_lib.TokenSplit(directory, "train")
+
+
+def _losses(workdir):
+  rows = [json.loads(x) for x in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+  return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+def test_prefix_is_whole_documents_nearest_the_ask(tiny_config):
+  directory, split = _train_split(tiny_config)
+  starts = np.load(directory / "train_docs.npy")  # hand count: documents' start offsets
+  ends = list(starts[1:]) + [split.n_tokens]
+  got = unique_lib.document_ends(directory, split.n_tokens)
+  assert list(got) == ends
+  a, b = ends[1], ends[2]  # the ends of documents 2 and 3
+  assert unique_lib.prefix_tokens(got, split.n_tokens, a) == a
+  assert unique_lib.prefix_tokens(got, split.n_tokens, a + (b - a) // 3) == a
+  assert unique_lib.prefix_tokens(got, split.n_tokens, b - (b - a) // 3) == b
+  assert unique_lib.prefix_tokens(got, split.n_tokens, 1) == ends[0]  # at least one document
+  assert unique_lib.prefix_tokens(got, split.n_tokens, split.n_tokens) == split.n_tokens
+  with pytest.raises(sources_lib.DataError, match=r"exceeds the training split"):
+    unique_lib.prefix_tokens(got, split.n_tokens, split.n_tokens + 1)
+
+
+def test_each_epoch_is_a_fresh_permutation_of_the_prefix(tiny_config):
+  directory, split = _train_split(tiny_config)
+  T, B = 32, 8
+  ends = unique_lib.document_ends(directory, split.n_tokens)
+  unique = unique_lib.prefix_tokens(ends, split.n_tokens, 6000)
+  n = (unique - 1) // T  # windows of the prefix
+  steps = -(-3 * n // B)  # three epochs and a bit
+  batches = pipeline_lib.TrainBatches(unique_lib.PrefixSplit(split, unique), T, B, steps, seed=3,
+                                      allow_repeat=True)
+  order = [i for s in range(steps) for i in batches.window_ids(s)]
+  epochs = [order[e * n:(e + 1) * n] for e in range(3)]
+  for e in epochs:
+    assert sorted(e) == list(range(n))  # every window of the prefix once, none outside it
+  assert epochs[0] != epochs[1] and epochs[1] != epochs[2]  # each epoch its own order
+  full = split.all_tokens()
+  for s in (0, steps - 1):  # the tokens are the prefix's windows, all inside the prefix
+    for row, i in zip(batches.batch(s), batches.window_ids(s)):
+      assert i * T + T + 1 <= unique
+      np.testing.assert_array_equal(row, full[i * T:i * T + T + 1].astype(np.int32))
+  again = pipeline_lib.TrainBatches(unique_lib.PrefixSplit(split, unique), T, B, steps, seed=3,
+                                    allow_repeat=True)  # a pure function of (seed, step)
+  assert again.window_ids(steps - 2) == batches.window_ids(steps - 2)
+
+
+def test_resume_mid_epoch_is_bitwise_and_summary_counts_epochs(tiny_config, tmp_path):
+  c = tiny_config
+  _, split = _train_split(c)
+  c.data.update(unique_tokens=5000, allow_repeat=True)
+  c.budget.steps = 40
+  c.train.update(log_every=1, eval_every=100, checkpoint_every=100)
+  c.workdir = str(tmp_path / "ref")
+  ref = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  c.workdir = str(tmp_path / "split")
+  c.train.stop_after_s = 1e-9  # stops (checkpointed) after its first timed step
+  first = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  assert first["stopped_by_time"] and 0 < first["steps"] < 40
+  assert first["tokens"] < first["unique_tokens"]  # stopped inside the first epoch
+  c.train.stop_after_s = 0.0
+  s = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  assert s["resumed"] and s["steps"] == 40
+  assert _losses(tmp_path / "split") == _losses(tmp_path / "ref")  # bitwise
+  assert s["final_eval_loss"] == ref["final_eval_loss"]
+  tokens = 40 * 8 * 32
+  directory, _ = _train_split(c)
+  U = unique_lib.prefix_tokens(unique_lib.document_ends(directory, split.n_tokens),
+                               split.n_tokens, 5000)
+  assert (s["tokens"], s["unique_tokens"], s["repeated_tokens"]) == (tokens, U, tokens - U)
+  assert s["epochs"] == pytest.approx(tokens / U) and s["epochs"] > 1
+  assert json.loads((tmp_path / "split" / "summary.json").read_text())["epochs"] == s["epochs"]
+
+
+@pytest.mark.parametrize("data, needle", [
+    (dict(unique_tokens=10 ** 9), "data.unique_tokens=1,000,000,000 exceeds the training split"),
+    (dict(unique_tokens=200), "data.unique_tokens=200 is smaller than one batch: "
+                              "global_batch_size=8 windows of seq_len+1=33 tokens need at least "
+                              "257 tokens"),
+    (dict(unique_tokens=5000, allow_repeat=True, max_epochs=1.5), "more than data.max_epochs=1.5"),
+    (dict(unique_tokens=5000), "set --config.data.allow_repeat=True"),
+    (dict(unique_tokens=-1), "data.unique_tokens=-1 must be an integer >= 0"),
+])
+def test_bad_unique_tokens_fail_before_any_step(tiny_config, data, needle):
+  c = tiny_config
+  c.data.update(**data)
+  c.budget.steps = 40
+  with pytest.raises(sources_lib.DataError, match="^" + needle.split(":")[0]
+                     if needle.startswith("data.") else None) as e:
+    train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  assert needle in str(e.value) and "\n" not in str(e.value)
+  assert not (pathlib.Path(c.workdir) / "checkpoints").exists()  # nothing trained
+
+
+def test_cli_prints_one_error_line(small_corpus, store_root, tmp_path):
+  cmd = [sys.executable, "-m", "chinchax.cli", "train", f"--config={REPO}/configs/train.py:tiny",
+         f"--config.workdir={tmp_path / 'run'}", f"--config.data.store_root={store_root}",
+         "--config.data.source=files", f"--config.data.paths={small_corpus}/*.txt",
+         "--config.data.val_fraction=0.1", "--config.mesh.num_cpu_devices=1",
+         "--config.budget.steps=40", "--config.data.unique_tokens=5000"]
+  out = subprocess.run(cmd, env=dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu"),
+                       capture_output=True, text=True, timeout=300)
+  errs = [l for l in out.stderr.splitlines() if l.startswith("error:")]
+  assert out.returncode == 2 and len(errs) == 1, out.stderr[-2000:]
+  assert "epochs of it (data.unique_tokens=5,000 rounds to" in errs[0]
+  assert "--config.data.allow_repeat=True" in errs[0]
+
+
+def _repeat_ladder(tmp_path, small_corpus, store_root):
+  c = config_lib.get_ladder_variant("repeat_tiny")
+  c.workdir = str(tmp_path / "ladder")
+  c.ladder.update(c_min=4e8, c_max=4e8, n_budgets=1, sizes_per_budget=3, bootstrap=5)
+  d = c.train_config.data
+  d.update(source="files", paths=str(small_corpus / "*.txt"), store_root=str(store_root),
+           val_fraction=0.1)
+  c.train_config.train.peak_flops_per_device = 1e9  # skip the CPU calibration
+  return c
+
+
+def test_repeat_ladder_rows_carry_unique_tokens_and_epochs(tmp_path, small_corpus, store_root):
+  c = _repeat_ladder(tmp_path, small_corpus, store_root)
+  path = ladder.run_ladder(c)
+  rows = {r["run_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+  assert len(rows) == 6 and all(r["status"] == "done" for r in rows.values())
+  base = [r for i, r in rows.items() if not i.startswith("U")]
+  rep = [r for i, r in rows.items() if i.startswith("U5000_")]
+  assert len(base) == len(rep) == 3
+  _, split = _train_split(ladder.prepare(c, check_data=False, write=False).run_config(
+      ladder.prepare(c, check_data=False, write=False).runs[0]))
+  for r in base:
+    assert r["unique_tokens"] == split.n_tokens and r["epochs"] < 1 and r["repeated_tokens"] == 0
+  for r in rep:
+    assert r["unique_tokens_target"] == 5000 and r["unique_tokens"] < split.n_tokens
+    assert r["epochs"] == pytest.approx(r["D"] / r["unique_tokens"]) and r["epochs"] > 1
+    assert r["repeated_tokens"] == r["D"] - r["unique_tokens"]
+  # The validation run is fixed by the config: it trains without any fit.
+  plan = ladder.prepare(c, check_data=False, write=False)
+  row = ladder.run_validation(plan, tmp_path / "no-fit.json")
+  assert row["role"] == "validation" and row["run_id"].startswith("VU8000_C6.00e+08_")
+  assert row["unique_tokens_target"] == 8000 and row["epochs"] > 1
+
+
+def test_repeat_ladder_refuses_a_prefix_it_cannot_train(tmp_path, small_corpus, store_root):
+  c = _repeat_ladder(tmp_path, small_corpus, store_root)
+  c.ladder.unique_tokens = "0,10000000"
+  with pytest.raises(sources_lib.DataError, match=r"^run U10000000_C4\.00e\+08_N\d+ .*exceeds"):
+    ladder.prepare(c)
+  c.ladder.unique_tokens = "0,5000"
+  c.train_config.data.allow_repeat = False
+  with pytest.raises(sources_lib.DataError, match="set --config.data.allow_repeat=True"):
+    ladder.prepare(c)
+  assert not (pathlib.Path(c.workdir) / "rows").exists()
+  for bad in ("0,x", "5000,5000", "-3"):
+    c.ladder.unique_tokens = bad
+    with pytest.raises(config_lib.ConfigError, match="ladder.unique_tokens="):
+      ladder.validate_ladder(c.ladder)
