@@ -4,7 +4,9 @@
 
 1. **Scan** the source once: its fingerprint (which names the store) and
    counts. A corpus without a non-empty document is refused here, before
-   anything is written.
+   anything is written. For files the scan is recorded with their stat
+   signature and reused while that is unchanged (:mod:`chinchax.data.scancache`),
+   so a start on an existing store reads no corpus byte.
 2. **Tokenizer**: for ``tokenizer=bpe`` a byte-level BPE is trained on the
    training documents (never the validation ones) and saved as
    ``<store_root>/tokenizers/bpe<V>-<fingerprint[:16]>-val<f>-<policy>.json``;
@@ -15,8 +17,11 @@
    tokenized in batch by one of ``workers`` processes, then written atomically
    to ``.<store>.partial/shards/<k>.npz`` (:mod:`chinchax.data.shards`).
 4. **Assemble**: the shards, in order, become the two splits' zarr arrays
-   (chunk-aligned writes), document offsets and the content hash; the
-   manifest is written last and the directory renamed into place.
+   (chunk-aligned asynchronous writes, the content hash computed on another
+   thread, the next shard read ahead) and document offsets; each shard file is
+   deleted as soon as its tokens are taken, so the build needs about the
+   store's size on disk, not twice it. The manifest is written last and the
+   directory renamed into place.
 
 **Documents.** Empty documents are skipped and counted. Invalid UTF-8 follows
 ``decode_errors``: ``replace`` turns each invalid sequence into U+FFFD (EF BF BD)
@@ -33,6 +38,8 @@ number of workers or the shard size.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -46,45 +53,69 @@ from chinchax import console
 from chinchax import diskfull
 from chinchax import paths as paths_lib
 from chinchax.data import remote as remote_lib
+from chinchax.data import scancache as scancache_lib
 from chinchax.data import shards as shards_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
 
-class _ArrayWriter:
-  """Appends tokens to a pre-sized zarr array in whole chunks, hashing them on the way."""
+# Chunk writes a writer keeps in flight before it waits for the oldest.
+_WRITES_IN_FLIGHT = 4
 
-  def __init__(self, path: pathlib.Path, dtype, n_tokens: int):
+
+class _ArrayWriter:
+  """Appends tokens to a pre-sized zarr array in whole chunks, hashing them on the way.
+
+  Writes are issued asynchronously (tensorstore's threads, up to
+  :data:`_WRITES_IN_FLIGHT` chunks) and hashing runs on ``hasher`` (a
+  one-thread executor: updates run in the order they were added), so copying,
+  hashing and writing overlap.
+  """
+
+  def __init__(self, path: pathlib.Path, dtype, n_tokens: int, hasher):
     self.arr = store_lib.open_array(path, dtype=dtype, n_tokens=n_tokens)
-    self.n, self.dtype = n_tokens, np.dtype(dtype)
+    self.n, self.dtype = n_tokens, np.dtype(dtype).newbyteorder("<")
     self.parts, self.buffered, self.pos = [], 0, 0
-    self.hash = hashlib.sha256()
+    self.hash, self.hasher = hashlib.sha256(), hasher
+    self.hashed = None
+    self.writes = collections.deque()
 
   def add(self, x: np.ndarray) -> None:
     if not len(x):
       return
-    x = x.astype(self.dtype, copy=False)
-    self.hash.update(x.astype(self.dtype.newbyteorder("<"), copy=False).tobytes())
+    x = np.ascontiguousarray(x.astype(self.dtype, copy=False))
+    self.hashed = self.hasher.submit(self.hash.update, x)
     self.parts.append(x)
     self.buffered += len(x)
     if self.buffered >= store_lib.CHUNK:
       self._flush(final=False)
 
   def _flush(self, final: bool) -> None:
-    data = np.concatenate(self.parts)
+    data = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
     m = len(data) if final else len(data) // store_lib.CHUNK * store_lib.CHUNK
     if m:
-      self.arr[self.pos:self.pos + m].write(data[:m]).result()
+      self.writes.append(self.arr[self.pos:self.pos + m].write(data[:m]))
       self.pos += m
+      while len(self.writes) > _WRITES_IN_FLIGHT:
+        self.writes.popleft().result()
     rest = data[m:]
     self.parts, self.buffered = ([rest] if len(rest) else []), len(rest)
 
   def close(self) -> str:
     if self.buffered:
       self._flush(final=True)
+    while self.writes:
+      self.writes.popleft().result()
+    if self.hashed is not None:
+      self.hashed.result()
     if self.pos != self.n:
       raise RuntimeError(f"wrote {self.pos} tokens into an array of {self.n}")
     return self.hash.hexdigest()
+
+
+def _load_tokens(path: pathlib.Path) -> np.ndarray:
+  with np.load(path) as z:
+    return z["tokens"]
 
 
 def trained_bpe(source, spec, store_root: pathlib.Path, fp: str, val_fraction: float,
@@ -142,16 +173,16 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
   if decode_errors not in ("replace", "skip"):
     raise ValueError(f"decode_errors={decode_errors!r} is not 'replace' or 'skip'")
   t0 = time.perf_counter()
-  info = sources_lib.scan(source)
+  url_root = str(store_root) if paths_lib.is_url(store_root) else None  # built in a stage
+  root = (remote_lib.staging_root(url_root) if url_root
+          else pathlib.Path(os.path.expanduser(store_root)))
+  info, _ = scancache_lib.scan(source, root)  # a full read only when the files changed
   if not info.nonempty:
     raise sources_lib.DataError(f"corpus {source.in_words()} has no non-empty document "
                                 f"({info.documents} documents read)")
   fp = info.fingerprint
   if on_scan is not None:
     on_scan(fp)
-  url_root = str(store_root) if paths_lib.is_url(store_root) else None  # built in a stage
-  root = (remote_lib.staging_root(url_root) if url_root
-          else pathlib.Path(os.path.expanduser(store_root)))
   timings = {"scan_s": time.perf_counter() - t0, "tokenizer_train_s": 0.0}
   if isinstance(tokenizer, tokenizers_lib.BPESpec):
     t = time.perf_counter()
@@ -289,20 +320,30 @@ def _assemble(shard_dir: pathlib.Path, n_shards: int, tokenizer, out: pathlib.Pa
         "tokens": int(sum(m["doc_tokens"][m["doc_val"] == want].sum() for m in metas)),
         "documents": int(sum((m["doc_val"] == want).sum() for m in metas)),
         "bytes": int(sum(m["doc_bytes"][m["doc_val"] == want].sum() for m in metas))}
-  writers = {s: _ArrayWriter(out / f"{s}.zarr", tokenizer.dtype, counts[s]["tokens"])
-             for s in store_lib.SPLITS}
   lengths = {s: [] for s in store_lib.SPLITS}
-  for k, m in enumerate(metas):
-    with np.load(shard_dir / f"{k:06d}.npz") as z:
-      tokens = z["tokens"]
-    on_val = np.repeat(m["doc_val"], m["doc_tokens"])
-    writers["val"].add(tokens[on_val])
-    writers["train"].add(tokens[~on_val])
-    lengths["val"].append(m["doc_tokens"][m["doc_val"]])
-    lengths["train"].append(m["doc_tokens"][~m["doc_val"]])
+  # One thread hashes (in order), one reads the next shard while this one is split and written;
+  # a shard's file is deleted once its tokens are taken (an interrupted assembly tokenizes the
+  # deleted shards again on the rerun, to the same tokens).
+  with concurrent.futures.ThreadPoolExecutor(1) as hasher, \
+       concurrent.futures.ThreadPoolExecutor(1) as loader:
+    writers = {s: _ArrayWriter(out / f"{s}.zarr", tokenizer.dtype, counts[s]["tokens"], hasher)
+               for s in store_lib.SPLITS}
+    ahead = loader.submit(_load_tokens, shard_dir / f"{0:06d}.npz") if metas else None
+    for k, m in enumerate(metas):
+      tokens = ahead.result()
+      if k + 1 < len(metas):
+        ahead = loader.submit(_load_tokens, shard_dir / f"{k + 1:06d}.npz")
+      on_val = np.repeat(m["doc_val"], m["doc_tokens"])
+      writers["val"].add(tokens[on_val])
+      writers["train"].add(tokens[~on_val])
+      del tokens
+      (shard_dir / f"{k:06d}.npz").unlink(missing_ok=True)
+      lengths["val"].append(m["doc_tokens"][m["doc_val"]])
+      lengths["train"].append(m["doc_tokens"][~m["doc_val"]])
+    hexes = {split: writers[split].close() for split in store_lib.SPLITS}
   parts = {}
   for split in store_lib.SPLITS:
-    token_hex = writers[split].close()
+    token_hex = hexes[split]
     lens = np.concatenate(lengths[split]) if lengths[split] else np.zeros(0, np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) if len(lens) else lens
     np.save(out / f"{split}_docs.npy", starts)
