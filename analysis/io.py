@@ -8,8 +8,9 @@ Two formats are read:
   IsoFLOP budget, FLOPs), ``C_6nd``, ``eval_curve`` ([[flops_seen,
   eval_loss], ...], used by Approach 1), ``final_eval_loss_se`` (the standard
   error of the final eval loss over its eval windows, nats/token; null or
-  absent: not measured) and ``eval_windows`` (how many windows). Failed rows
-  are counted, not fitted.
+  absent: not measured), ``eval_windows`` (how many windows) and
+  ``unique_tokens`` (the unique tokens the run's D tokens were drawn from; D /
+  unique_tokens epochs; absent: fresh data). Failed rows are counted, not fitted.
 * CSV with columns ``N``, ``loss`` and ``D`` or ``C`` (FLOPs; then
   D = C / (6N), Chinchilla Sec. 3's C = 6ND). Epoch AI's column names
   (``Model Size``, ``Training FLOP``, ``loss``) are accepted too. Optional
@@ -115,7 +116,7 @@ def _number(value, path: str, line: int, column: str, *, positive: bool = True) 
 
 def _parse_jsonl(text: str, path: str) -> Runs:
   N, D, loss, budget, ids, curves, weights = [], [], [], [], [], [], []
-  ses, windows = [], []
+  ses, windows, uniques = [], [], []
   seen: dict[str, int] = {}
   seen_config: dict[tuple, int] = {}
   n_failed = 0
@@ -161,10 +162,13 @@ def _parse_jsonl(text: str, path: str) -> Runs:
       raise ResultsError(f"{path}:{line_no}: run {rid!r}: column 'C_budget' is present on some "
                          f"rows and missing on others")
     b = _number(row["C_budget"], path, line_no, "C_budget") if has_b else flops_6nd(n, d)
-    config = (round(math.log(b), 6), int(round(n)), round(math.log(d), 6))
+    u = (math.inf if row.get("unique_tokens") is None else
+         _number(row["unique_tokens"], path, line_no, "unique_tokens"))
+    config = (round(math.log(b), 6), int(round(n)), round(math.log(d), 6),
+              round(math.log(u), 6) if math.isfinite(u) else None)
     if config in seen_config:
-      raise ResultsError(f"{path}:{line_no}: duplicated run: {rid!r} repeats the (C_budget, N, D) "
-                         f"of the run on line {seen_config[config]}")
+      raise ResultsError(f"{path}:{line_no}: duplicated run: {rid!r} repeats the (C_budget, N, D, "
+                         f"unique_tokens) of the run on line {seen_config[config]}")
     seen_config[config] = line_no
     curve = row.get("eval_curve")
     if curve:
@@ -185,13 +189,15 @@ def _parse_jsonl(text: str, path: str) -> Runs:
     loss.append(l)
     budget.append(b)
     ids.append(rid)
+    uniques.append(u)
   if not N:
     raise ResultsError(f"{path}: no finished runs to fit ({n_failed} failed)")
   budget_arr = np.asarray(budget) if any_budget else None
   runs = runs_from_arrays(N, D, loss, budget=budget_arr, run_id=ids,
                           curves=curves if all_curves else None, source=path, n_failed=n_failed,
                           weight=_weights(weights, path), **_noise_columns(ses, windows))
-  return dataclasses.replace(runs, held_out=tuple(held_out))
+  unique = np.asarray(uniques) if any(math.isfinite(u) for u in uniques) else None
+  return dataclasses.replace(runs, held_out=tuple(held_out), unique_tokens=unique)
 
 
 def _noise_columns(ses: list, windows: list) -> dict:

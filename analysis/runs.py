@@ -57,6 +57,9 @@ class Runs:
       ``eval_windows``), shape (R,), 0 where a row does not say; None: no row says.
     held_out: finished rows with ``"role": "validation"`` (the ladder's
       validation run): read, never fitted (:mod:`analysis.validation`).
+    unique_tokens: unique tokens U each run drew its D tokens from (the table's
+      ``unique_tokens``; D / U epochs), shape (R,), inf where a row does not say
+      (fresh data); None: no row says (:mod:`analysis.fit_repeat`).
   """
 
   N: np.ndarray
@@ -72,6 +75,7 @@ class Runs:
   loss_se: np.ndarray | None = None
   eval_windows: np.ndarray | None = None
   held_out: tuple[dict, ...] = ()
+  unique_tokens: np.ndarray | None = None
 
   @property
   def C(self) -> np.ndarray:
@@ -94,7 +98,8 @@ class Runs:
         run_id=tuple(self.run_id[i] for i in idx), curves=curves,
         weight=None if self.weight is None else self.weight[idx],
         loss_se=None if self.loss_se is None else self.loss_se[idx],
-        eval_windows=None if self.eval_windows is None else self.eval_windows[idx])
+        eval_windows=None if self.eval_windows is None else self.eval_windows[idx],
+        unique_tokens=None if self.unique_tokens is None else self.unique_tokens[idx])
 
   def eval_noise(self) -> "EvalNoise | None":
     """The eval noise floor of the table (:class:`EvalNoise`); None without any SE."""

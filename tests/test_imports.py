@@ -22,7 +22,7 @@ OURS = ("chinchax", "analysis")
 # Modules of the core: no import of a verb, the CLI or analysis.
 CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.config",
         "chinchax.config_defaults", "chinchax.config_checks", "chinchax.config_ladders",
-        "chinchax.laws", "chinchax.budget", "chinchax.model", "chinchax.attention",
+        "chinchax.laws", "chinchax.laws_repeat", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
         "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
         "chinchax.paths", "chinchax.hparams", "chinchax.platforms", "chinchax.interrupts",
