@@ -1,20 +1,22 @@
 """Reads a checked HF Llama checkpoint (:mod:`chinchax.export.hf_source`) onto the mesh,
 tensor by tensor.
 
-Each shard is opened with ``safetensors.safe_open(framework="numpy")`` in turn; each of its
-tensors is read, mapped by :mod:`chinchax.export.llama_table` to its chinchax parameter,
-widened to float32, put on the devices with ``jax.device_put`` onto the parameter's
-sharding (the logical-axis rules of :mod:`chinchax.sharding`), and its host copy dropped
-before the next is read. Host memory beyond the placed parameters is one tensor (twice,
-while it is transposed) and the pages of the open shard; a ``model.scan_layers``
-parameter [n_layers, ...] is filled on the devices one layer at a time (a donated in-place
-update), never stacked on the host. On CPU devices the placed parameters are themselves
-host memory: ``benchmarks/hf_import_memory.py`` measures the peak.
+The tensors are read largest first, each with ``safetensors.safe_open(framework="numpy")``
+on its file (closed again at once, so no shard stays mapped into the process); each is
+mapped by :mod:`chinchax.export.llama_table` to its chinchax parameter, widened to float32,
+put on the devices with ``jax.device_put`` onto the parameter's sharding (the logical-axis
+rules of :mod:`chinchax.sharding`), and its host copies dropped before the next is read.
+Host memory beyond the placed parameters is one tensor (twice, while it is transposed),
+and largest first that comes while little is placed; a ``model.scan_layers`` parameter
+[n_layers, ...] is filled on the devices one layer at a time (a donated in-place update),
+never stacked on the host. On CPU devices the placed parameters are themselves host
+memory: ``benchmarks/hf_import_memory.py`` measures the peak (docs/export.md).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import numpy as np
@@ -75,24 +77,24 @@ def load_params(src: HFSource, abstract_params, shardings, n_layers: int):
     for row, hf in enumerate(names):
       where[hf] = (j, row if stacked else None)
   out = [None] * len(plan)
-  by_file = {}
-  for hf in where:
-    by_file.setdefault(src.files[hf], []).append(hf)
-  for path in sorted(by_file):
+  # Largest first: a big tensor's transient host copies come while little is placed yet.
+  for hf in sorted(where, key=lambda n: (-math.prod(src.shapes[n]), n)):
+    path = src.files[hf]
+    j, row = where[hf]
+    names, entry, shape, dtype, sh, stacked = plan[j]
+    # Opened per tensor: closing unmaps the file, so no shard's pages stay in this
+    # process's memory (and every host array is dropped before the next is read).
     with safe_open(str(path), framework="numpy") as f:
-      for hf in by_file[path]:
-        j, row = where[hf]
-        names, entry, shape, dtype, sh, stacked = plan[j]
-        one_shape = shape[1:] if stacked else shape
-        host = llama_table.from_hf(f.get_tensor(hf), entry.transform, one_shape)
-        host = host.astype(dtype, copy=False)
-        if not stacked:
-          out[j] = jax.device_put(host, sh)
-        else:
-          if out[j] is None:
-            out[j] = jax.jit(lambda s=shape, d=dtype: jax.numpy.zeros(s, d),
-                             out_shardings=sh)()
-          layer_sh = _layer_sharding(sh)
-          out[j] = _setter(sh, layer_sh)(out[j], jax.device_put(host, layer_sh), row)
-        del host
+      raw = f.get_tensor(hf)
+    host = llama_table.from_hf(raw, entry.transform, shape[1:] if stacked else shape)
+    del raw
+    host = host.astype(dtype, copy=False)
+    if not stacked:
+      out[j] = jax.device_put(host, sh)
+    else:
+      if out[j] is None:
+        out[j] = jax.jit(lambda s=shape, d=dtype: jax.numpy.zeros(s, d), out_shardings=sh)()
+      layer_sh = _layer_sharding(sh)
+      out[j] = _setter(sh, layer_sh)(out[j], jax.device_put(host, layer_sh), row)
+    del host
   return jax.tree_util.tree_unflatten(treedef, out)
