@@ -3,7 +3,11 @@
 One of --flops, --hours or --dollars is the budget (--hours and --dollars need
 --hardware). The plan (model shape, tokens, batch, steps, learning rate,
 predicted loss) is printed as a table, or JSON with --json; --write-config
-writes it as a config file that chinchax train trains exactly. A budget below
+writes it as a config file that chinchax train trains exactly. With
+--unique-tokens U (a --flops budget) the plan is the data-constrained optimum:
+repeated tokens are worth less, so it trains D / U epochs of a possibly
+different N, reported beside the unconstrained answer and the loss the limit
+costs (chinchax.planning.constrained). A budget below
 one step of the smallest shape is refused, naming the smallest that works;
 a plan whose FLOPs land more than 10% off the budget says so. Bad input is one
 error line (exit 2) before anything is written.
@@ -11,6 +15,7 @@ error line (exit 2) before anything is written.
 Example:
   chinchax plan --flops 1e21 --law chinchilla-approach1
   chinchax plan --hours 48 --hardware v5p-128 --write-config configs/planned.py
+  chinchax plan --flops 1e21 --unique-tokens 2e10 --law chinchilla-approach3
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from chinchax import config as config_lib
 from chinchax import console
 from chinchax import hardware as hardware_lib
 from chinchax import law_units
+from chinchax import laws_repeat
 from chinchax import step_time as step_time_lib
 from chinchax.cli import helptext
 from chinchax.planning import config_file
+from chinchax.planning import constrained
 from chinchax.planning import loss_units
 from chinchax.planning import planner
 from chinchax.planning import recipe as recipe_lib
@@ -37,7 +44,7 @@ from chinchax.planning.errors import PlanError
 
 
 _NUMERIC_FLAGS = ("--flops", "--hours", "--dollars", "--vocab-size", "--seq-len", "--mfu",
-                  "--bandwidth-efficiency", "--candidates", "--calibrate")
+                  "--bandwidth-efficiency", "--candidates", "--calibrate", "--unique-tokens")
 
 
 def _join_negative_numbers(argv: list[str]) -> list[str]:
@@ -73,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
                       "path; an IsoTime fit's JSON also gives the step-time model (its chosen "
                       "predictor) unless --step-time-model is given (default: "
                       f"{planner.DEFAULT_LAW})")
+  p.add_argument("--unique-tokens", metavar="U",
+                 help="--flops: only U unique tokens exist; plan the data-constrained optimum "
+                      "(epochs D / U, a repetition law: the --law fit's, else Muennighoff et "
+                      "al. 2023's published constants) and write data.unique_tokens=U with "
+                      "data.allow_repeat=True (default: unlimited fresh data)")
   p.add_argument("--vocab-size", type=int, default=None,
                  help="vocabulary size, tokens (default: the --law fit's tokenizer, else 257: "
                       "chinchax's byte tokenizer)")
@@ -140,9 +152,19 @@ def run(args: argparse.Namespace) -> planner.Plan:
     value = getattr(args, flag)
     if value is not None:
       planner.check_budget(value, f"--{flag}")
+  unique = None
+  if args.unique_tokens is not None:
+    unique = constrained.parse_unique_tokens(args.unique_tokens)
+    if args.flops is None:
+      raise PlanError("--unique-tokens plans a --flops budget (give --flops C)")
   if (args.hours is not None or args.dollars is not None) and not args.hardware:
     raise PlanError("--hours and --dollars need --hardware (e.g. --hardware v5p-128 or h100x8)")
   law = planner.load_law(args.law)
+  data_limit = None
+  if unique is not None:
+    rlaw, note = constrained.repeat_law(args.law, law)
+    data_limit = constrained.data_limited(args.flops, unique, rlaw, note)
+    law = laws_repeat.DataLimitedLaw(rlaw, unique)
   rec, rec_note = recipe_lib.law_recipe(args.law)
   vocab = args.vocab_size or recipe_lib.vocab_size(rec) or law_units.BYTES_VOCAB_SIZE
   seq_len = args.seq_len or recipe_lib.seq_len(rec)
@@ -188,6 +210,7 @@ def run(args: argparse.Namespace) -> planner.Plan:
       plan = planner.plan_dollars(args.dollars, hw, law, **kw)
     if rec is not None:
       recipe_lib.attach(plan, rec, seq_len=args.seq_len, vocab=args.vocab_size)
+  plan.data_limit = data_limit
   return _finish(plan, rec, rec_note, vocab, overrides)
 
 

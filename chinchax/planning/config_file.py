@@ -64,6 +64,9 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
     sections.setdefault(name, {}).update(values)
   for name, knob, value in recipe.get("overrides") or ():  # plan --set, last
     sections.setdefault(name, {})[knob] = value
+  if plan.data_limit:  # plan --unique-tokens: train in epochs over the first U tokens
+    sections.setdefault("data", {}).update(
+        allow_repeat=True, unique_tokens=int(round(plan.data_limit["unique_tokens"])))
   return sections, cpu_devices, cpu_note
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from chinchax import budget
+from chinchax.planning import constrained
 from chinchax.planning import loss_units
 from chinchax.planning import recipe as recipe_lib
 from chinchax.planning import layout as layout_lib
@@ -53,6 +54,8 @@ def format_plan(plan: Plan) -> str:
   loss = loss_units.frontier_text(plan)
   lines.append(f"  optimum        C {a.C:.4g} FLOPs → N* {a.N:.4g} params, D* {a.D:.4g} tokens "
                f"({a.tokens_per_param:.1f} tokens/param){loss}")
+  if plan.data_limit:
+    lines += constrained.lines(plan.data_limit)
   lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads} "
                f"(head_dim {s.head_dim}), d_ff {s.d_ff}, vocab_size {s.vocab_size}, "
                f"seq_len {b.seq_len}")

@@ -1,0 +1,128 @@
+"""Planning with a data limit: ``chinchax plan --flops C --unique-tokens U``.
+
+With only U unique tokens, a run of D > U tokens repeats data (D / U epochs), and repeated
+tokens are worth less (:mod:`chinchax.laws_repeat`). The data-constrained optimum is the
+(N, D = C / (6N)) of lowest loss under a repetition law at that U
+(:class:`chinchax.laws_repeat.DataLimitedLaw`: a grid over N and Brent's method); it is
+reported beside the unconstrained Chinchilla answer (the base law's N_opt, D_opt with
+unlimited fresh data), with the loss the limit costs.
+
+The repetition law: a fit file's ``repeat`` block (``chinchax fit`` on runs that repeat
+data: its better form, with that form's base), else the given law (a published one such as
+``chinchilla-approach3``, or a fit without repeated runs) with Muennighoff et al. 2023's
+published decay constants R_D* = 15.39 and R_N* = 5.31 (arXiv 2305.16264, Sec. 3; values
+from github.com/huggingface/datablations), which the plan says. When U is at least the
+unconstrained D_opt, the constrained optimum is the unconstrained one (both forms equal the
+base law there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from chinchax import laws
+from chinchax import laws_repeat as lr
+from chinchax.planning.errors import PlanError
+
+
+def parse_unique_tokens(text) -> float:
+  """``--unique-tokens`` as a float; PlanError (one line) unless it is a number > 0."""
+  try:
+    value = float(text)
+  except (TypeError, ValueError):
+    raise PlanError(f"--unique-tokens must be a number of tokens > 0 (e.g. 2e9), got "
+                    f"{text!r}") from None
+  if not (math.isfinite(value) and value > 0):
+    raise PlanError(f"--unique-tokens must be a finite number of tokens > 0 (e.g. 2e9), got "
+                    f"{text!r}")
+  return value
+
+
+def _repeat_block(spec: str) -> dict | None:
+  if not (isinstance(spec, str) and os.path.isfile(spec)):
+    return None
+  try:
+    with open(spec) as f:
+      d = json.load(f)
+  except (OSError, ValueError):
+    return None
+  block = d.get("repeat") if isinstance(d, dict) else None
+  return block if isinstance(block, dict) and block.get("status") == "ok" else None
+
+
+def repeat_law(spec, base: laws.ParametricLaw | None = None) -> tuple[lr.RepeatLaw, str]:
+  """The repetition law for ``--law spec`` and a line saying where its terms come from.
+
+  Args:
+    spec: a law name or fit-file path (as ``--law``).
+    base: the law ``spec`` names, already loaded (None: loaded here).
+
+  Raises:
+    PlanError: a law without a loss (Chinchilla Approaches 1 and 2 only allocate).
+  """
+  base = base if base is not None else laws.get_law(spec)
+  if not isinstance(base, laws.ParametricLaw):
+    raise PlanError(f"--unique-tokens needs a law that predicts loss (Approach 3 form), and "
+                    f"{getattr(base, 'name', spec)!r} only allocates compute; use e.g. "
+                    f"--law chinchilla-approach3 or a fit JSON")
+  block = _repeat_block(spec)
+  if block is not None:
+    form = block["form"]
+    b = block[form].get("base") or {}
+    try:
+      form_base = laws.ParametricLaw(name=base.name, E=float(b["E"]), A=float(b["A"]),
+                                     B=float(b["B"]), alpha=float(b["alpha"]),
+                                     beta=float(b["beta"]), source=base.source,
+                                     fit_range_flops=base.fit_range_flops, units=base.units)
+    except (KeyError, TypeError, ValueError):
+      form_base = base
+    law = lr.law_from_block(block, form_base, form)
+    params = ", ".join(f"{k} = {v:.4g}" for k, v in law.params().items() if v is not None)
+    return law, f"repetition terms fitted in {spec} ({form} form: {params})"
+  law = lr.MuennighoffLaw(base=base, R_D_star=lr.MUENNIGHOFF_R_D_STAR,
+                          R_N_star=lr.MUENNIGHOFF_R_N_STAR, name="muennighoff-published")
+  return law, (f"no fitted repetition terms in --law {base.name}: uses Muennighoff et al. 2023's "
+               f"published R_D* = {lr.MUENNIGHOFF_R_D_STAR:.4g}, R_N* = "
+               f"{lr.MUENNIGHOFF_R_N_STAR:.4g} (arXiv 2305.16264, Sec. 3; fitted with their "
+               f"own base law, not this one)")
+
+
+def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str) -> dict:
+  """The data-constrained optimum beside the unconstrained one.
+
+  Args:
+    C: FLOPs (> 0).
+    U: unique tokens (> 0).
+    law: the repetition law; note: where its terms come from.
+
+  Returns:
+    {"unique_tokens", "form", "note", "constrained": {N, D, epochs, loss},
+    "unconstrained": {N, D, epochs (its D / U), loss (fresh data), loss_with_limit (the
+    same N, D trained on U unique tokens)}, "loss_lost": constrained loss − unconstrained
+    loss, nats/token (>= 0)}.
+  """
+  dl = lr.DataLimitedLaw(law, U)
+  n_u, d_u = law.base.optimal_allocation(C)
+  n_c, d_c = dl.optimal_allocation(C)
+  loss_u, loss_c = float(law.base.loss(n_u, d_u)), float(dl.loss(n_c, d_c))
+  return {"unique_tokens": U, "form": law.form, "note": note,
+          "constrained": {"N": n_c, "D": d_c, "epochs": d_c / U, "loss": loss_c},
+          "unconstrained": {"N": n_u, "D": d_u, "epochs": d_u / U, "loss": loss_u,
+                            "loss_with_limit": float(dl.loss(n_u, d_u))},
+          "loss_lost": loss_c - loss_u}
+
+
+def lines(block: dict) -> list[str]:
+  """The plan report's lines of a :func:`data_limited` block."""
+  c, u = block["constrained"], block["unconstrained"]
+  return [
+      f"  data limit     U {block['unique_tokens']:.4g} unique tokens ({block['form']} form; "
+      f"{block['note']})",
+      f"    constrained  N* {c['N']:.4g} params, D* {c['D']:.4g} tokens = {c['epochs']:.3g} "
+      f"epochs, loss {c['loss']:.4f} nats/token",
+      f"    unlimited    N* {u['N']:.4g} params, D* {u['D']:.4g} tokens, loss {u['loss']:.4f} "
+      f"with fresh data ({u['epochs']:.3g} epochs of U: {u['loss_with_limit']:.4f})",
+      f"    lost to it   {block['loss_lost']:+.4f} nats/token",
+  ]

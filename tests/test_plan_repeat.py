@@ -1,0 +1,127 @@
+"""``chinchax plan --unique-tokens``: the data-constrained optimum (chinchax.planning.constrained).
+
+Independent truth: a brute-force grid over N of the repetition law at C = 6ND, and the
+unconstrained closed form (Chinchilla eq. 4) where the limit does not bind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+
+import numpy as np
+import pytest
+
+from chinchax import cli
+from chinchax import laws
+from chinchax import laws_repeat as lr
+from chinchax.planning import constrained
+
+BASE = laws.PUBLISHED_LAWS["chinchilla-approach3"]
+C = 1e21
+
+
+def run_cli(*argv):
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    rc = cli.main(["plan", *[str(a) for a in argv]])
+  return rc, out.getvalue(), err.getvalue()
+
+
+def _brute_force(law, U, C):
+  """argmin over a fine grid of ln N (1e5 points over 8 decades) of the law at D = C / 6N."""
+  n = np.exp(np.linspace(np.log(1e5), np.log(1e13), 100_001))
+  loss = law.loss(n, C / (6 * n), U)
+  i = int(np.argmin(loss))
+  return n[i], float(loss[i])
+
+
+@pytest.mark.parametrize("law", [
+    lr.MuennighoffLaw(base=BASE, R_D_star=lr.MUENNIGHOFF_R_D_STAR,
+                      R_N_star=lr.MUENNIGHOFF_R_N_STAR),
+    lr.OverfitLaw(base=BASE, P=0.05),
+], ids=["muennighoff", "overfit"])
+@pytest.mark.parametrize("U", [2e9, 2e10])
+def test_optimum_matches_brute_force_grid(law, U):
+  n_grid, loss_grid = _brute_force(law, U, C)
+  n, d = lr.DataLimitedLaw(law, U).optimal_allocation(C)
+  assert n * d * 6 == pytest.approx(C, rel=1e-12)
+  assert float(law.loss(n, d, U)) <= loss_grid + 1e-9
+  assert n == pytest.approx(n_grid, rel=2e-3)
+
+
+def test_ample_unique_data_gives_the_unconstrained_plan():
+  n_u, d_u = BASE.optimal_allocation(C)   # Chinchilla eq. 4, closed form
+  for law in (lr.MuennighoffLaw(base=BASE, R_D_star=15.4, R_N_star=5.3),
+              lr.OverfitLaw(base=BASE, P=0.05)):
+    block = constrained.data_limited(C, 1.5 * d_u, law, "test")
+    assert block["constrained"]["N"] == pytest.approx(n_u, rel=1e-6)
+    assert block["constrained"]["D"] == pytest.approx(d_u, rel=1e-6)
+    assert block["loss_lost"] == pytest.approx(0.0, abs=1e-9)
+    assert block["constrained"]["epochs"] < 1
+
+
+def test_scarce_data_trains_more_epochs_and_loses_loss():
+  n_u, d_u = BASE.optimal_allocation(C)
+  U = d_u / 20
+  for law in (lr.MuennighoffLaw(base=BASE, R_D_star=15.4, R_N_star=5.3),
+              lr.OverfitLaw(base=BASE, P=0.05)):
+    block = constrained.data_limited(C, U, law, "test")
+    c = block["constrained"]
+    assert c["epochs"] > 1
+    assert abs(c["N"] / n_u - 1) > 0.01      # a different N than Chinchilla's
+    assert c["loss"] >= block["unconstrained"]["loss"]
+    assert block["loss_lost"] > 0
+    # The constrained plan beats training Chinchilla's (N, D) on the same U tokens.
+    assert c["loss"] <= block["unconstrained"]["loss_with_limit"] + 1e-12
+
+
+def test_cli_published_constants_json_and_written_config(tmp_path):
+  path = tmp_path / "planned.py"
+  rc, out, err = run_cli("--flops", 1e19, "--unique-tokens", 1e8, "--law",
+                         "chinchilla-approach3", "--write-config", path)
+  assert rc == 0, err
+  assert "data limit" in out and "published R_D* = 15.39, R_N* = 5.31" in out
+  assert "lost to it" in out
+  spec = importlib.util.spec_from_file_location("planned", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  cfg = mod.get_config()
+  assert cfg.data.allow_repeat is True and cfg.data.unique_tokens == 100_000_000
+  rc, out, err = run_cli("--flops", 1e19, "--unique-tokens", 1e8, "--law",
+                         "chinchilla-approach3", "--json")
+  d = json.loads(out)["data_limit"]
+  assert d["unique_tokens"] == 1e8 and d["constrained"]["epochs"] > 1
+
+
+def test_cli_fitted_repeat_block_is_used(tmp_path):
+  fit = tmp_path / "fit.json"
+  b = {k: getattr(BASE, k) for k in ("E", "A", "B", "alpha", "beta")}
+  fit.write_text(json.dumps({**b, "repeat": {"status": "ok", "form": "overfit",
+                                             "overfit": {"params": {"P": 0.05}, "base": b}}}))
+  rc, out, err = run_cli("--flops", 1e19, "--unique-tokens", 1e8, "--law", fit, "--json")
+  assert rc == 0, err
+  d = json.loads(out)["data_limit"]
+  assert d["form"] == "overfit" and "fitted in" in d["note"]
+  want = constrained.data_limited(1e19, 1e8, lr.OverfitLaw(base=BASE, P=0.05), "")
+  assert d["constrained"]["N"] == pytest.approx(want["constrained"]["N"], rel=1e-9)
+
+
+@pytest.mark.parametrize("value,match", [
+    ("0", "got '0'"), ("-3e9", "got '-3e9'"), ("lots", "got 'lots'"), ("inf", "got 'inf'")])
+def test_bad_unique_tokens_is_one_error_line(tmp_path, value, match):
+  path = tmp_path / "never.py"
+  rc, out, err = run_cli("--flops", 1e19, "--unique-tokens", value, "--write-config", path)
+  assert rc == 2 and out == ""
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: --unique-tokens") and match in lines[0]
+  assert not path.exists()
+
+
+def test_unique_tokens_needs_a_flop_budget_and_a_loss_law():
+  rc, _, err = run_cli("--hours", 1, "--hardware", "v5p-8", "--unique-tokens", 1e9)
+  assert rc == 2 and "--unique-tokens plans a --flops budget" in err
+  rc, _, err = run_cli("--flops", 1e19, "--unique-tokens", 1e9, "--law", "chinchilla-approach1")
+  assert rc == 2 and "needs a law that predicts loss" in err
