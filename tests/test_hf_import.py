@@ -23,6 +23,7 @@ from chinchax.export import hf_load, hf_source  # noqa: E402
 from chinchax.export.error import HFCheckpointError  # noqa: E402
 from chinchax.train import spec as spec_lib  # noqa: E402
 from chinchax.train import step as step_lib  # noqa: E402
+from chinchax.train.rundata import prepare_data  # noqa: E402
 
 
 def _config(small_corpus, store_root, workdir, init_from=""):
@@ -141,7 +142,17 @@ def test_export_then_import_gives_the_runs_params_bitwise_and_trains_on(
   run = json.loads((tmp_path / "cont" / "config.json").read_text())
   assert run["model_signature"]["n_kv_heads"] == 2 and run["model_signature"]["d_model"] == 32
   rows = [json.loads(x) for x in (tmp_path / "cont" / "metrics.jsonl").read_text().splitlines()]
-  assert [r["step"] for r in rows if "loss" in r][:2] == [1, 2]
+  rows = [r for r in rows if "loss" in r]
+  assert [r["step"] for r in rows][:2] == [1, 2]
+  # Step 1's loss is the source model's mean cross-entropy on the run's first batch.
+  data = prepare_data(c, spec_lib.resolve(c, len(jax.devices())))
+  _, batch = next(iter(data.batches.iterator(0, num_threads=1)))
+  logits = export.chinchax_logits(source, export.model_config(export.load_run(src_cfg.workdir)),
+                                  np.asarray(batch)[:, :-1]).astype(np.float64)
+  top = logits.max(-1, keepdims=True)
+  logz = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+  target = np.take_along_axis(logits, np.asarray(batch)[:, 1:, None], -1)[..., 0]
+  np.testing.assert_allclose(rows[0]["loss"], np.mean(logz - target), rtol=1e-5)
 
 
 def test_scan_layers_import_stacks_the_layers(gqa_export, small_corpus, store_root, tmp_path):
