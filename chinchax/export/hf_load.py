@@ -19,7 +19,6 @@ import functools
 import math
 
 import jax
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from chinchax.export import llama_table

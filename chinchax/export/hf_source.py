@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
 
 from chinchax import config_defaults
@@ -71,10 +70,6 @@ class HFSource:
   files: dict
   shapes: dict
   tokenizer_path: pathlib.Path | None
-
-  @property
-  def where(self) -> str:
-    return f"train.init_from={PREFIX}{self.directory}"
 
 
 def hf_dir(init_from: str) -> pathlib.Path | None:
@@ -349,7 +344,3 @@ def open_source(config) -> HFSource | None:
   tok_path = configure(config, directory, model)
   return HFSource(directory, model, files, shapes, tok_path)
 
-
-def n_params(src: HFSource) -> int:
-  """Parameters read from the checkpoint (its tensors' elements)."""
-  return sum(math.prod(s) for s in src.shapes.values())
