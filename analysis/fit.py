@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -47,6 +47,9 @@ class FitReport:
     frontier_C: FLOPs of the frontier table and figure, shape (P,).
     options: the :class:`~analysis.approaches.FitOptions` used.
     warnings: approach -> warnings on its fit (:mod:`analysis.diagnostics`).
+    repeat: runs that repeat data: the repetition fits
+      (:class:`analysis.repeat_report.RepeatReport`), or {"status": "skipped", "reason"};
+      None for a table without repeated runs.
   """
 
   runs: Runs
@@ -57,6 +60,7 @@ class FitReport:
   frontier_C: np.ndarray
   options: FitOptions = dataclasses.field(default_factory=FitOptions)
   warnings: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+  repeat: Any = None
 
 
 def frontier_flops(runs: Runs, extra_decades: float = 2.0, n: int = 60) -> np.ndarray:

@@ -15,14 +15,16 @@ import numpy as np
 
 from chinchax import laws
 from chinchax import paths as paths_lib
+from analysis import fit_repeat as fit_repeat_lib
 from analysis import plots
+from analysis import repeat_report
 from analysis import report as reportlib
 from analysis import validation as validation_lib
 from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
 from analysis.approaches import APPROACHES, FitOptions
 from analysis.bootstrap import DEFAULT_METHOD, check_method
 from analysis.diagnostics import outside_interval
-from analysis.errors import FitError, FitOptionError
+from analysis.errors import ApproachUnsupported, FitError, FitOptionError
 from analysis.fit import FitReport, fit_all
 from analysis.io import load_results
 
@@ -118,6 +120,11 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   say(f"loaded {len(runs)} runs ({runs.n_failed} failed, ignored) in "
       f"{len(runs.budgets())} IsoFLOP budgets from {shown_results}")
   approaches = APPROACHES if approach == "all" else (approach,)
+  all_runs = runs
+  if fit_repeat_lib.has_repetition(runs):  # Approaches 1-3 fit the runs of one epoch or less
+    runs = fit_repeat_lib.single_epoch(runs)
+    say(f"{len(all_runs) - len(runs)} runs repeat data (D > unique_tokens): Approaches 1-3 fit "
+        f"the {len(runs)} runs of one epoch or less; the repetition laws fit all")
   try:
     report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
                      strict=approach != "all", n_jobs=n_jobs, log=say, options=options,
@@ -127,6 +134,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   if not report.results:
     raise FitError("no approach could be fitted: " + "; ".join(
         f"approach {k}: {v}" for k, v in report.skipped.items()))
+  if all_runs is not runs:
+    report.repeat = _fit_repeat(all_runs, report, n_bootstrap, seed, say)
   with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded once everything is written
     figure_paths = plots.make_figures(report, local_out, compare_laws) if figures else []
     json_path, md_path = reportlib.write_report(report, local_out, compare_laws, figure_paths)
@@ -154,6 +163,25 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   say(f"wrote {json_path}, {md_path} and {len(figure_paths)} figure files in "
       f"{time.perf_counter() - t0:.1f} s")
   return report
+
+
+def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say) -> object:
+  """The repetition fits of a table whose runs repeat data (analysis.repeat_report), with
+  Approach 3's law as the base when it was fitted; {"status": "skipped"} when they fail."""
+  a3 = report.results.get("3")
+  try:
+    rep = repeat_report.fit_repeat(runs, a3.law if a3 is not None else None,
+                                   n_bootstrap=n_bootstrap, seed=seed, log=say)
+  except (FitError, ApproachUnsupported) as e:
+    say(f"repeat: not fitted: {e}")
+    return {"status": "skipped", "reason": str(e)}
+  say(f"repeat: {rep.verdict}")
+  for v in rep.validation:
+    preds = ", ".join(f"{k} {p['predicted_loss']:.4f} ({100 * p['rel_error']:+.2f}%)"
+                      for k, p in v["predictions"].items())
+    say(f"repeat: validation run {v['run_id']} ({v['epochs'] or 0:.3g} epochs): measured "
+        f"{v['measured_loss']:.4f}; predicted {preds}")
+  return rep
 
 
 def _validation_of(json_path: str) -> dict | None:

@@ -9,6 +9,8 @@
   compute-optimal frontier and IsoFLOP lines C = 6ND (Chinchilla Fig. 4, left).
 * ``residuals``: ln L_pred - ln L of Approach 3 vs N and vs C (or the
   parabola residuals of Approach 2 when Approach 3 was not fitted).
+* ``repeat`` (runs that repeat data): loss vs epochs per unique size with both
+  repetition laws (:func:`analysis.repeat_report.plot_repeat`).
 * ``starts`` (with a user-given Approach-3 start grid): the objective over
   the grid's (alpha, beta) plane, at the starts and where L-BFGS ended from
   them (lowest over the other coordinates), with the optimum marked.
@@ -28,6 +30,7 @@ import numpy as np  # noqa: E402
 from chinchax import laws  # noqa: E402
 from analysis.approach3 import THETA_NAMES, huber_objective  # noqa: E402
 from analysis.fit import FitReport  # noqa: E402
+from analysis import repeat_report  # noqa: E402
 from analysis.runs import flops_6nd, tokens_6nd  # noqa: E402
 
 _APPROACH_COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:green"}
@@ -261,4 +264,6 @@ def make_figures(report: FitReport, out_dir: str,
   paths += plot_contours(report, out_dir)
   paths += plot_residuals(report, out_dir)
   paths += plot_starts(report, out_dir)
+  if report.repeat is not None and not isinstance(report.repeat, dict):
+    paths += repeat_report.plot_repeat(report.repeat, out_dir)
   return paths

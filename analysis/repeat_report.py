@@ -217,7 +217,7 @@ def plot_repeat(report: RepeatReport, out_dir: str) -> list[str]:
   """``repeat``: loss vs epochs per unique size (colour) with both forms' curves at each
   (U, N) of the runs (solid: Muennighoff, dashed: additive). Returns the PNG and SVG paths."""
   r = report.rows
-  sizes = np.unique(r.U[np.isfinite(r.U)])
+  sizes = np.unique(r.U[r.repeated])  # the unique sizes some run repeats
   cmap = plt.get_cmap("viridis")
   fig, ax = plt.subplots(figsize=(7, 5))
   for i, U in enumerate(sizes):

@@ -21,6 +21,10 @@ JSON layout (``fit.json``):
   predicted loss (Approach 3) and the bootstrap interval of N_opt.
 * ``published``: the published laws' exponents and their allocation at the
   data's largest C, for comparison.
+* ``repeat`` (a table whose runs repeat data, D > unique_tokens): the repetition laws'
+  fits (:mod:`analysis.repeat_report`: form, params, intervals, leave-one-unique-size-out
+  errors, the validation run's predictions); Approaches 1-3 then fit the runs of one epoch
+  or less.
 * ``recipe``: what the fitted runs shared (tokenizer, corpus, seq_len, shape family, init,
   LR/batch rule, schedule, optimizer, N kind; :mod:`analysis.recipe`), and ``units``: what
   the law's loss is measured in (:class:`chinchax.law_units.LossUnits`).
@@ -38,6 +42,7 @@ import numpy as np
 from chinchax import laws
 from analysis import approach2
 from analysis import recipe as recipe_lib
+from analysis import repeat_report
 from analysis import validation as validation_lib
 from analysis.approach1 import APPROACH1_QUADRATIC_SIZES
 from analysis.approach3 import THETA_NAMES
@@ -220,6 +225,9 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
   out["figures"] = [os.path.basename(p) for p in figures]
   if runs.held_out:
     out["validation"] = validation_lib.validation_block(out, runs.held_out[-1])
+  if report.repeat is not None:
+    out["repeat"] = (report.repeat if isinstance(report.repeat, dict)
+                     else report.repeat.to_dict())
   return out
 
 
@@ -295,6 +303,12 @@ def markdown(data: dict) -> str:
   lines += agreement_markdown(data.get("agreement"))
   if data.get("validation"):
     lines += validation_lib.markdown(data["validation"])
+  rep = data.get("repeat")
+  if rep and rep.get("status") == "ok":
+    lines += repeat_report.markdown(rep)
+  elif rep:
+    lines += ["## Data-constrained runs (repeated data)", "",
+              f"Not fitted: {rep.get('reason')}.", ""]
   d3 = data.get("approach3")
   if d3 and d3["status"] == "ok":
     lines += ["## Approach 3: L(N, D) = E + A / N^alpha + B / D^beta", "",
