@@ -10,7 +10,7 @@ every refusal is one line, before any tensor is read.
 num_hidden_layers → n_layers, num_attention_heads → n_heads, num_key_value_heads →
 n_kv_heads (0 when it equals n_heads), intermediate_size → d_ff, vocab_size,
 tie_word_embeddings → tie_embeddings, rope_theta, rms_norm_eps → norm_eps. A model knob
-left at its default (``chinchax.config_defaults.base_config``) takes the checkpoint's value;
+left at its default (``chinchax.config.base_config``) takes the checkpoint's value;
 one that equals it is fine; any other value is refused naming both.
 
 **What chinchax's model cannot express is refused**, naming the key: another architecture,
@@ -31,7 +31,7 @@ import dataclasses
 import json
 import pathlib
 
-from chinchax import config_defaults
+from chinchax import config as config_lib
 from chinchax import paths as paths_lib
 from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.export import llama_table
@@ -180,7 +180,7 @@ def configure(config, directory: pathlib.Path, model: dict) -> pathlib.Path | No
       or a tokenizer with more ids than the checkpoint's vocab_size.
   """
   where = f"train.init_from={PREFIX}{directory}"
-  defaults = config_defaults.base_config().model
+  defaults = config_lib.base_config().model
   for knob, value in model.items():
     ours = config.model[knob]
     same = (ours or model["n_heads"]) == (value or model["n_heads"]) if knob == "n_kv_heads" \
@@ -195,7 +195,7 @@ def configure(config, directory: pathlib.Path, model: dict) -> pathlib.Path | No
   if not tok_path.is_file():
     tok_path = None
   else:
-    d, data_defaults = config.data, config_defaults.base_config().data
+    d, data_defaults = config.data, config_lib.base_config().data
     theirs = d.tokenizer_path and paths_lib.resolved(d.tokenizer_path) == tok_path
     if not (d.tokenizer == data_defaults.tokenizer or (d.tokenizer == "hf" and (
         theirs or not d.tokenizer_path))):
