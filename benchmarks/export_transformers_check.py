@@ -8,8 +8,15 @@ a text four times the trained seq_len gives no length warning; ``AutoModelForCau
 loads it, ``generate(**tok(text, return_tensors="pt"))`` runs, and its logits match the
 float64 numpy forward of ``chinchax.export`` (when chinchax is importable too).
 
+The other direction, ``--import-check``: transformers builds a random GQA, untied
+``LlamaForCausalLM`` and saves it sharded (``save_pretrained``, safetensors); chinchax imports
+it as ``train.init_from=hf:DIR`` does (:mod:`chinchax.export.hf_source`, ``hf_load``) and
+its logits must match transformers' on the same tokens.
+
 Usage: python benchmarks/export_transformers_check.py EXPORT_DIR [EXPORT_DIR ...]
-Needs: transformers, tokenizers, numpy (and torch, safetensors for the model checks).
+       python benchmarks/export_transformers_check.py --import-check
+Needs: transformers, tokenizers, numpy (and torch, safetensors for the model checks; torch
+and chinchax for --import-check).
 Exit status 1 if a check fails.
 """
 
@@ -92,10 +99,60 @@ def check(out: pathlib.Path) -> list[str]:
   return failed
 
 
+def check_import() -> list[str]:
+  """The failed checks of HF → chinchax on a transformers-saved random Llama (empty: passed)."""
+  import tempfile
+
+  import jax
+  import torch
+  import transformers
+  from flax import nnx
+
+  from chinchax import config as config_lib
+  from chinchax import export as export_lib
+  from chinchax import sharding as sharding_lib
+  from chinchax.export import hf_load, hf_source
+  from chinchax.train import spec as spec_lib
+  from chinchax.train import step as step_lib
+
+  torch.manual_seed(0)
+  cfg = transformers.LlamaConfig(
+      vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500.0,
+      tie_word_embeddings=False, max_position_embeddings=64)
+  model = transformers.LlamaForCausalLM(cfg).eval()
+  with torch.no_grad():  # larger weights than the init, so attention is far from uniform
+    for p in model.parameters():
+      p.normal_(0.0, 0.3) if p.ndim > 1 else p.uniform_(0.5, 1.5)
+  ids = np.random.default_rng(0).integers(0, 300, size=(2, 24))
+  with torch.no_grad():
+    want = model(torch.as_tensor(ids)).logits.double().numpy()
+  with tempfile.TemporaryDirectory() as d:
+    model.save_pretrained(d, safe_serialization=True, max_shard_size="200KB")
+    shards = sorted(pathlib.Path(d).glob("*.safetensors"))
+    c = config_lib.get_variant("default")
+    c.train.init_from = f"hf:{d}"
+    src = hf_source.open_source(c)
+    spec = spec_lib.resolve(c, 1)
+    program = step_lib.build_program(c, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))
+    params = hf_load.load_params(src, program.abstract_state["params"],
+                                 program.shardings["params"], spec.model.n_layers)
+    got = export_lib.chinchax_logits(jax.tree.map(np.asarray, nnx.to_pure_dict(params)),
+                                     spec.model, ids)
+  diff = float(np.abs(got - want).max())
+  print(f"  import: {len(shards)} shards; max |chinchax - transformers| logit difference "
+        f"{diff:.3g} (logit std {want.std():.3g})")
+  return [f"imported logits differ by {diff:.3g}"] if diff > 1e-3 else []
+
+
 def main(argv: list[str]) -> int:
   if not argv:
     print(__doc__)
     return 2
+  if argv == ["--import-check"]:
+    failed = check_import()
+    print("import: " + ("ok" if not failed else "FAILED: " + "; ".join(failed)))
+    return 1 if failed else 0
   bad = 0
   for d in argv:
     failed = check(pathlib.Path(d))
