@@ -225,8 +225,8 @@ def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
   Returns:
     {"data": int, "fsdp": int, "tensor": int} with product ``n_devices``.
   Raises:
-    ConfigError: more than one -1, a size that is 0 or below -1, or a product
-      that does not equal (or divide, with a -1) the device count.
+    ConfigError: more than one -1, a size 0 or below -1, a product that does not equal (or
+      divide, with a -1) the device count, or data not a multiple of ``mesh.dcn_data``.
   """
   sizes = {a: mesh_cfg[a] for a in MESH_AXES}
   for a, s in sizes.items():
@@ -236,16 +236,16 @@ def resolve_mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
   if len(fill) > 1:
     raise ConfigError(f"only one mesh axis may be -1, got {', '.join('mesh.' + a for a in fill)}")
   known = math.prod(s for s in sizes.values() if s != -1)
-  if fill:
-    if n_devices % known:
-      raise ConfigError(
-          f"mesh {sizes} cannot fill -1: the other axes multiply to {known}, which does not "
-          f"divide the {n_devices} available devices")
-    sizes[fill[0]] = n_devices // known
-  elif known != n_devices:
-    raise ConfigError(
-        f"mesh data×fsdp×tensor = {sizes['data']}×{sizes['fsdp']}×{sizes['tensor']} = {known} "
-        f"but there are {n_devices} devices; make the product {n_devices} or set one axis to -1")
+  if fill and n_devices % known:
+    raise ConfigError(f"mesh {sizes} cannot fill -1: the other axes multiply to {known}, which "
+                      f"does not divide the {n_devices} available devices")
+  sizes.update({a: n_devices // known for a in fill})
+  if not fill and known != n_devices:
+    raise ConfigError(f"mesh data×fsdp×tensor = {'×'.join(map(str, sizes.values()))} = {known} "
+                      f"but there are {n_devices} devices; make it {n_devices} or set one axis to -1")
+  check_positive(dcn := mesh_cfg.get("dcn_data", 1), "mesh.dcn_data", integer=True)
+  if sizes["data"] % dcn:  # data = dcn_data across slices × the data ways within one slice
+    raise ConfigError(f"mesh.data={sizes['data']} must be a multiple of mesh.dcn_data={dcn} (or dcn_data=1)")
   return sizes
 
 

@@ -133,6 +133,7 @@ def base_config() -> ml_collections.ConfigDict:
   x.data = -1                     # data-parallel axis size; -1 = fill with the remaining devices
   x.fsdp = 1                      # fully-sharded data-parallel axis size (params + batch)
   x.tensor = 1                    # tensor-parallel axis size (heads, mlp, vocab)
+  x.dcn_data = 1                  # of mesh.data, the factor split across slices over the data-center network (TPU slices; CPU/GPU: process groups); divides the slice count
   x.num_cpu_devices = 8           # on CPU: expose this many virtual devices (0 = leave as is)
 
   c.distributed = r = ml_collections.ConfigDict()

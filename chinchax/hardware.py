@@ -57,6 +57,9 @@ class Accelerator:
       (TPU ICI, NVLink; PCIe where a GPU has no NVLink), None when unknown; the
       ahead-of-time roofline (``chinchax.aot``) reads it.
     interconnect_source: where that figure comes from.
+    dcn_bandwidth: bytes/s per chip in each direction over the data-center network between
+      TPU slices or GPU hosts (None when unknown).
+    dcn_source: where that figure comes from.
   """
 
   name: str
@@ -73,6 +76,8 @@ class Accelerator:
   aliases: tuple[str, ...] = ()
   interconnect_bandwidth: float | None = None
   interconnect_source: str | None = None
+  dcn_bandwidth: float | None = None
+  dcn_source: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +144,9 @@ def load_accelerators(path: str | pathlib.Path | None = None) -> dict[str, Accel
           aliases=tuple(a.lower() for a in e.get("aliases", ())),
           interconnect_bandwidth=(None if e.get("interconnect_bandwidth") is None
                                   else float(e["interconnect_bandwidth"])),
-          interconnect_source=e.get("interconnect_source"))
+          interconnect_source=e.get("interconnect_source"),
+          dcn_bandwidth=None if e.get("dcn_bandwidth") is None else float(e["dcn_bandwidth"]),
+          dcn_source=e.get("dcn_source"))
     except (KeyError, TypeError, ValueError) as err:
       raise HardwareError(f"accelerator {name!r} in {str(path)!r} is malformed: {err!r}") from None
     if acc.peak_flops <= 0 or acc.hbm_bandwidth <= 0:

@@ -19,6 +19,8 @@ from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from chinchax import config_checks
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # Ordered rules: logical axis → mesh axis (or tuple of mesh axes, or None).
@@ -39,27 +41,95 @@ _RULES = dict(LOGICAL_AXIS_RULES)
 def make_mesh(sizes: dict[str, int], devices=None) -> Mesh:
   """Builds a (data, fsdp, tensor) mesh with Auto (compiler-propagated) axis types.
 
+  With ``sizes["dcn_data"]`` = K > 1 (``mesh.dcn_data``) the mesh is K groups of whole
+  slices (:func:`slice_groups`) × one ICI mesh of (data/K, fsdp, tensor) per group, stacked
+  along ``data`` with the group as its major part: only the data axis spans the
+  data-center network, and the logical rules are the same as for one slice.
+
   Args:
-    sizes: {"data": int, "fsdp": int, "tensor": int}, product = number of devices.
+    sizes: {"data": int, "fsdp": int, "tensor": int[, "dcn_data": int]}, the first three
+      multiplying to the number of devices; dcn_data divides data.
     devices: devices to use (default: all of ``jax.devices()``).
   Raises:
     ValueError: if the product does not equal the number of devices.
+    ConfigError: a dcn_data that does not divide the slice count (:func:`slice_groups`).
   """
   devices = list(jax.devices() if devices is None else devices)
   shape = tuple(sizes[a] for a in MESH_AXES)
   if int(np.prod(shape)) != len(devices):
     raise ValueError(f"mesh shape {dict(zip(MESH_AXES, shape))} needs {int(np.prod(shape))} "
                      f"devices, have {len(devices)}")
+  dcn = int(sizes.get("dcn_data", 1))
+  device_array = device_grid(shape, devices) if dcn == 1 else hybrid_grid(shape, dcn, devices)
+  return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def device_grid(shape: tuple[int, ...], devices: list) -> np.ndarray:
+  """A [data, fsdp, tensor] array of ``devices`` laid out for the interconnect.
+
+  ``mesh_utils.create_device_mesh`` where it knows the devices' topology, else their given
+  order; process-major when that would split a process's batch rows (each process reads
+  one contiguous block of them, :func:`batch_rows_contiguous`).
+  """
   try:
     device_array = mesh_utils.create_device_mesh(shape, devices)
   except (ValueError, NotImplementedError, AssertionError):  # CPU / partial slices: plain order
     device_array = np.asarray(devices, dtype=object).reshape(shape)
   if not batch_rows_contiguous(device_array):
-    # Each process must hold one contiguous block of batch rows (it reads only those):
-    # fall back to process-major order, which guarantees it.
     ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
     device_array = np.asarray(ordered, dtype=object).reshape(shape)
-  return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+  return device_array
+
+
+def slice_key(device) -> int:
+  """The slice a device belongs to: its TPU ``slice_index``; on CPU and GPU its process (host)."""
+  if device.platform == "tpu" and getattr(device, "slice_index", None) is not None:
+    return int(device.slice_index)
+  return int(device.process_index)
+
+
+def slice_groups(devices: list, dcn_data: int) -> list[list]:
+  """``devices`` split into ``dcn_data`` groups of whole slices, in slice order.
+
+  S slices (:func:`slice_key`) make groups of S/dcn_data consecutive slices each.
+
+  Raises:
+    ConfigError: dcn_data does not divide S (the message lists the divisors), or the
+      groups would hold unequal numbers of devices.
+  """
+  keys = sorted({slice_key(d) for d in devices})
+  what = "TPU slices" if devices[0].platform == "tpu" else "processes (hosts)"
+  if len(keys) % dcn_data:
+    ok = [k for k in range(1, len(keys) + 1) if len(keys) % k == 0]
+    raise config_checks.ConfigError(
+        f"mesh.dcn_data={dcn_data} does not divide the {len(keys)} {what} of this run; use one "
+        f"of {', '.join(map(str, ok))}")
+  per = len(keys) // dcn_data
+  rank = {k: i // per for i, k in enumerate(keys)}
+  groups = [[d for d in devices if rank[slice_key(d)] == g] for g in range(dcn_data)]
+  if len({len(g) for g in groups}) > 1:
+    raise config_checks.ConfigError(
+        f"mesh.dcn_data={dcn_data}: the groups of {what} hold {[len(g) for g in groups]} "
+        f"devices; every group needs the same number (the same devices per process)")
+  return groups
+
+
+def hybrid_grid(shape: tuple[int, ...], dcn_data: int, devices: list) -> np.ndarray:
+  """A [data, fsdp, tensor] array whose data index is (slice group) × data/dcn_data + (index
+  within the group): ``dcn_data`` ICI grids (:func:`device_grid`) stacked along data.
+
+  On TPU with one slice per group it is ``mesh_utils.create_hybrid_device_mesh``'s layout.
+  """
+  groups = slice_groups(devices, dcn_data)
+  ici = (shape[0] // dcn_data, *shape[1:])
+  if devices[0].platform == "tpu" and len({slice_key(d) for d in devices}) == dcn_data:
+    try:
+      hybrid = mesh_utils.create_hybrid_device_mesh(ici, (dcn_data, 1, 1), devices)
+      if batch_rows_contiguous(hybrid):
+        return hybrid
+    except (ValueError, NotImplementedError, AssertionError):
+      pass
+  return np.concatenate([device_grid(ici, g) for g in groups], axis=0)
 
 
 def batch_rows_contiguous(device_array: np.ndarray) -> bool:

@@ -16,6 +16,21 @@ Bytes per collective (``size`` = the op's result bytes, ``g`` = its group size):
 * wire bytes a device sends on a ring (Patarasuk & Yuan 2009; NCCL's
   performance notes): all-gather size·(g−1)/g, reduce-scatter size·(g−1),
   all-reduce 2·size·(g−1)/g, all-to-all size·(g−1)/g, collective-permute size.
+
+Traffic between slices (data-center network, DCN) is counted apart, per device:
+
+* TPU multi-slice: XLA compiles one slice's program (``num_partitions`` = the devices
+  of a slice, so every replica group lies inside one slice) and moves what crosses
+  slices as host-transfer ``send`` ops of the ``xla_megascale_runtime``
+  (``_xla_megascale_transfer_type="ALL_REDUCE"``, …). Their operand bytes P are what a
+  device hands to the DCN; on a ring over s slices it sends ALL_REDUCE 2·P·(s−1)/s,
+  ALL_GATHER P·(s−1), REDUCE_SCATTER P·(s−1)/s, other types P.
+* One program over every device (GPU hosts): a collective whose replica groups hold
+  devices of several slices (``slice_of`` maps partition id → slice) crosses; taken
+  hierarchically (within each slice first, then across), a group of g devices over s
+  slices moves 1/k of the payload (k = g/s devices per slice) over the DCN on a ring of
+  s: all-reduce 2·(size/k)·(s−1)/s, all-gather and reduce-scatter (size·g for the
+  latter)/k·(s−1)/s, all-to-all size·(s−1)/s, collective-permute size.
 """
 
 from __future__ import annotations
@@ -23,6 +38,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+
+import numpy as np
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
@@ -32,17 +49,30 @@ _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][a-z0-9\-]*)\((.*)$")
 _ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
+_MEGASCALE = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
+_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
 
 
 @dataclasses.dataclass
 class CollectiveSummary:
   """Per kind: ``count`` (executions per step), ``operand_bytes`` and ``wire_bytes`` per step
-  per device; ``unknown_trip_loops``: loops whose collectives were counted once."""
+  per device; ``unknown_trip_loops``: loops whose collectives were counted once; ``dcn``: the
+  same per kind for the traffic between slices; ``cross_slice_groups``: executions of
+  collectives whose replica groups span slices; ``partitions``: the program's
+  ``num_partitions`` (one slice's devices on TPU multi-slice)."""
 
   count: dict[str, int]
   operand_bytes: dict[str, float]
   wire_bytes: dict[str, float]
   unknown_trip_loops: int = 0
+  dcn: dict = dataclasses.field(default_factory=dict)
+  cross_slice_groups: int = 0
+  partitions: int | None = None
+
+  @property
+  def dcn_wire_bytes(self) -> float:
+    """Bytes a device sends over the data-center network per step (see the module doc)."""
+    return float(sum(v["wire_bytes"] for v in self.dcn.values()))
 
   @property
   def total_wire_bytes(self) -> float:
@@ -51,7 +81,9 @@ class CollectiveSummary:
   def to_dict(self) -> dict:
     return {k: {"count": self.count[k], "operand_bytes": self.operand_bytes[k],
                 "wire_bytes": self.wire_bytes[k]} for k in KINDS} | {
-        "unknown_trip_loops": self.unknown_trip_loops}
+        "unknown_trip_loops": self.unknown_trip_loops, "dcn": self.dcn,
+        "dcn_wire_bytes": self.dcn_wire_bytes, "cross_slice_groups": self.cross_slice_groups,
+        "partitions": self.partitions}
 
 
 def shape_bytes(shape_text: str) -> float:
@@ -95,6 +127,47 @@ def group_size(attrs: str, n_devices: int) -> int:
   return max(1, n_devices)
 
 
+def replica_groups(attrs: str) -> list[list[int]] | None:
+  """The device groups an op names: ``{{0,1},{2,3}}``, iota ``[2,4]<=[8]`` or
+  ``[2,4]<=[4,2]T(1,0)``, or the pairs of ``source_target_pairs``; None for no or another form."""
+  m = re.search(r"replica_groups=\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?", attrs)
+  if m:
+    shape, dims = [int(x) for x in m.group(1).split(",")], [int(x) for x in m.group(2).split(",")]
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    if m.group(3):
+      ids = ids.transpose([int(x) for x in m.group(3).split(",")])
+    return ids.reshape(-1, shape[-1]).tolist()
+  m = re.search(r"replica_groups=\{((?:\{[0-9,]*\},?)+)\}", attrs)
+  if m:
+    return [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([0-9,]*)\}", m.group(1))]
+  m = re.search(r"source_target_pairs=\{((?:\{[0-9,]*\},?)+)\}", attrs)
+  if m:
+    return [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([0-9,]*)\}", m.group(1))]
+  return None
+
+
+def _dcn_wire(kind: str, size: float, g: int, s: int) -> float:
+  """Bytes a device sends over the DCN for a collective whose groups of g span s slices
+  (the module doc's hierarchical ring; size = the op's result bytes)."""
+  k = g / s
+  if kind == "all-reduce":
+    return 2 * size / k * (s - 1) / s
+  if kind == "all-gather":
+    return size / k * (s - 1) / s
+  if kind == "reduce-scatter":
+    return size * g / k * (s - 1) / s
+  if kind == "all-to-all":
+    return size * (s - 1) / s
+  return size
+
+
+def _megascale_wire(kind: str, operand: float, s: int) -> float:
+  """Bytes a device sends for a TPU multi-slice transfer of ``operand`` bytes over s slices."""
+  factor = {"all-reduce": 2 * (s - 1) / s, "all-gather": s - 1,
+            "reduce-scatter": (s - 1) / s}.get(kind, 1.0)
+  return operand * factor
+
+
 def _parse(text: str) -> tuple[dict[str, list[tuple]], str | None]:
   """{computation: [(name, shape, op, rest)]} and the entry computation's name."""
   comps: dict[str, list[tuple]] = {}
@@ -131,21 +204,45 @@ def _called(rest: str) -> list[tuple[str, str]]:
   return out
 
 
-def collectives(text: str, n_devices: int) -> CollectiveSummary:
+def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
+                num_slices: int = 1) -> CollectiveSummary:
   """Counts the collectives of an optimized HLO module's text per step (see the module doc).
 
   Args:
     text: ``compiled.as_text()``.
     n_devices: devices of the program (the group of an op that names none).
+    slice_of: the slice of each partition id (the mesh's devices in order), to find the
+      collectives whose replica groups cross slices; None: none is looked for.
+    num_slices: slices of the target (the ring of a TPU multi-slice transfer).
   """
   comps, entry = _parse(text)
   count = {k: 0 for k in KINDS}
   operand = {k: 0.0 for k in KINDS}
   wire = {k: 0.0 for k in KINDS}
-  unknown = 0
+  dcn: dict[str, dict] = {}
+  unknown = cross = 0
   if entry is None:
     return CollectiveSummary(count, operand, wire)
   skip: set[str] = set()
+  parts = _PARTITIONS.search(text)
+  if slice_of is not None and parts and int(parts.group(1)) < len(slice_of):
+    slice_of = None  # one slice's program (TPU multi-slice): its groups lie inside a slice
+
+  def to_dcn(kind: str, nbytes: float, sent: float, m: float) -> None:
+    d = dcn.setdefault(kind, {"count": 0, "operand_bytes": 0.0, "wire_bytes": 0.0})
+    d["count"] += int(m)
+    d["operand_bytes"] += m * nbytes
+    d["wire_bytes"] += m * sent
+
+  def crossing(kind: str, size: float, attrs: str, g: int, m: float) -> None:
+    nonlocal cross
+    groups = replica_groups(attrs) if slice_of is not None else None
+    if not groups or any(i >= len(slice_of) for grp in groups for i in grp):
+      return
+    s = max(len({slice_of[i] for i in grp}) for grp in groups)
+    if s > 1:
+      cross += int(m)
+      to_dcn(kind, size, _dcn_wire(kind, size, g, s), m)
 
   def visit(comp: str, m: float, depth: int = 0) -> None:
     nonlocal unknown
@@ -162,13 +259,22 @@ def collectives(text: str, n_devices: int) -> CollectiveSummary:
         inner = next(c for _, c in called if c.startswith(("all-reduce-scatter",
                                                            "reduce-scatter")))
         skip.add(inner)
-        g = next((group_size(r, n_devices) for _, _, o, r in comps.get(inner, [])
-                  if o in KINDS or o.endswith("-start")), n_devices)
+        attrs = next((r for _, _, o, r in comps.get(inner, [])
+                      if o in KINDS or o.endswith("-start")), "")
+        g = group_size(attrs, n_devices) if attrs else n_devices
         _add(kind, shape_bytes(shape), g, m)
+        crossing(kind, shape_bytes(shape), attrs, g, m)
         continue
       if kind is not None:
         size = _result_bytes(op, shape)
         _add(kind, size, group_size(rest, n_devices), m)
+        crossing(kind, size, rest, group_size(rest, n_devices), m)
+      mega = _MEGASCALE.search(rest) if op == "send" else None
+      if mega:
+        arrays = _arrays(shape)
+        kind_dcn = mega.group(1).lower().replace("_", "-")
+        nbytes = arrays[0] if arrays else 0.0
+        to_dcn(kind_dcn, nbytes, _megascale_wire(kind_dcn, nbytes, num_slices), m)
       for attr, c in called:
         if attr == "to_apply":
           continue
@@ -201,7 +307,8 @@ def collectives(text: str, n_devices: int) -> CollectiveSummary:
       wire[kind] += m * size
 
   visit(entry, 1.0)
-  return CollectiveSummary(count, operand, wire, unknown)
+  return CollectiveSummary(count, operand, wire, unknown, dcn, cross,
+                           int(parts.group(1)) if parts else None)
 
 
 def _trips_from_condition(cond: list[tuple]) -> int | None:

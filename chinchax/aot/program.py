@@ -122,8 +122,13 @@ def _cost(compiled) -> tuple[float | None, float | None]:
           None if nbytes is None or nbytes < 0 else float(nbytes))
 
 
-def compile_lowered(name: str, lower, n_devices: int) -> ProgramResult:
-  """Lowers (``lower()``) and compiles one program quietly; an out-of-HBM compile is a result."""
+def compile_lowered(name: str, lower, n_devices: int, slice_of: list[int] | None = None,
+                    num_slices: int = 1) -> ProgramResult:
+  """Lowers (``lower()``) and compiles one program quietly; an out-of-HBM compile is a result.
+
+  ``slice_of`` (the slice of each mesh device, in mesh order) and ``num_slices`` let the
+  collectives count find the traffic between slices (``chinchax.aot.hlo.collectives``).
+  """
   start = time.perf_counter()
   try:
     with topology_lib.quiet_stderr():
@@ -138,7 +143,7 @@ def compile_lowered(name: str, lower, n_devices: int) -> ProgramResult:
   elapsed = time.perf_counter() - start
   flops, nbytes = _cost(compiled)
   return ProgramResult(name, elapsed, True, _memory(compiled), flops, nbytes,
-                       hlo_lib.collectives(compiled.as_text(), n_devices))
+                       hlo_lib.collectives(compiled.as_text(), n_devices, slice_of, num_slices))
 
 
 def check_config(config, target: Target) -> spec_lib.RunSpec:
@@ -146,7 +151,8 @@ def check_config(config, target: Target) -> spec_lib.RunSpec:
 
   Raises:
     ConfigError: a mesh whose product differs from the target's devices, a batch
-      not divisible by data × fsdp, or any other invalid value, before compiling.
+      not divisible by data × fsdp, a ``mesh.dcn_data`` that does not divide the target's
+      slices (TPU) or hosts (GPU), or any other invalid value, before compiling.
   """
   n = target.n_devices
   mesh = config.mesh
@@ -156,6 +162,13 @@ def check_config(config, target: Target) -> spec_lib.RunSpec:
         f"mesh data×fsdp×tensor = {'×'.join(map(str, sizes))} = "
         f"{math.prod(sizes)} devices, but {target.spec} has {n}; set one axis "
         f"to -1 to fill, e.g. --config.mesh.data=-1")
+  dcn = mesh.get("dcn_data", 1)
+  units = target.num_slices if target.platform == "tpu" else int(target.topology.split("x")[1])
+  if isinstance(dcn, int) and dcn > 1 and units % dcn:
+    what = "slices (--slices)" if target.platform == "tpu" else "hosts of 8 GPUs"
+    raise config_lib.ConfigError(
+        f"mesh.dcn_data={dcn} does not divide the {units} {what} of {target.describe_short()}; "
+        f"use one of {', '.join(str(k) for k in range(1, units + 1) if units % k == 0)}")
   return spec_lib.resolve(config, n, backend=target.platform)
 
 
@@ -195,7 +208,8 @@ def _compile(config, spec, target: Target, devices: list, eval_step: bool) -> Co
   mesh = sharding_lib.make_mesh(spec.mesh, devices)
   with topology_lib.quiet_stderr():
     program = step_lib.build_program(config, spec, mesh)
-  train = compile_lowered("train_step", program.lower, len(devices))
+  slice_of = [sharding_lib.slice_key(d) for d in mesh.devices.flat]
+  train = compile_lowered("train_step", program.lower, len(devices), slice_of, target.num_slices)
   ev = None
   if eval_step:
     params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -203,7 +217,7 @@ def _compile(config, spec, target: Target, devices: list, eval_step: bool) -> Co
     batch = jax.ShapeDtypeStruct((spec.global_batch_size, spec.seq_len + 1), jnp.int32,
                                  sharding=program.batch_sharding)
     ev = compile_lowered("eval_step", lambda: program.eval_step.lower(params, batch),
-                         len(devices))
+                         len(devices), slice_of, target.num_slices)
   return CompiledRun(target=target, spec=spec, train=train, eval=ev,
                      compiler_options=dict(program.compiler_options),
                      microbatches=int(config.train.microbatches),

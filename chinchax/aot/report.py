@@ -16,7 +16,10 @@ dict (``chinchax compile --json`` prints it) and :func:`render` into the table.
   HBM = bytes / bandwidth (XLA's bytes, scaled from one scanned layer to all,
   or the analytic bytes where XLA gives none), interconnect = the collectives'
   ring wire bytes / half the chip's two-way interconnect bandwidth (one
-  direction's share); the step is their maximum (perfect overlap).
+  direction's share), data-center network (DCN) = the bytes a device sends between slices
+  (``chinchax.aot.hlo``: TPU multi-slice transfers, or groups that span GPU hosts) / the
+  chip's DCN bandwidth in one direction (``dcn_bandwidth`` of the accelerator table, with
+  its source); the step is their maximum (perfect overlap).
 """
 
 from __future__ import annotations
@@ -99,13 +102,18 @@ def roofline(run: CompiledRun, ana: dict) -> dict:
   wire = t.collectives.total_wire_bytes if t.collectives is not None else 0.0
   ici = (wire / (acc.interconnect_bandwidth / 2 / share) if acc.interconnect_bandwidth
          else None)
-  parts = {"compute": compute, "hbm": hbm, "interconnect": ici or 0.0}
+  dcn_bytes = t.collectives.dcn_wire_bytes if t.collectives is not None else 0.0
+  dcn = (dcn_bytes / (acc.dcn_bandwidth / share) if acc.dcn_bandwidth else None) if dcn_bytes \
+      else 0.0
+  parts = {"compute": compute, "hbm": hbm, "interconnect": ici or 0.0, "dcn": dcn or 0.0}
   bound = max(parts, key=parts.get)
   step = parts[bound]
   tokens = run.spec.global_batch_size * run.spec.seq_len
   return {"compute_s": compute, "hbm_s": hbm, "hbm_bytes_source": hbm_src,
-          "interconnect_s": ici, "step_s": step, "bound": bound,
-          "no_overlap_step_s": compute + hbm + (ici or 0.0),
+          "interconnect_s": ici, "dcn_s": dcn, "dcn_bytes": dcn_bytes,
+          "dcn_bandwidth": acc.dcn_bandwidth, "dcn_source": acc.dcn_source,
+          "step_s": step, "bound": bound,
+          "no_overlap_step_s": compute + hbm + (ici or 0.0) + (dcn or 0.0),
           "tokens_per_s": tokens / step if step > 0 else None,
           "recompute_factor": recompute_factor(run),
           "mfu_bound": (budget.matmul_flops_per_token(run.spec.shape()) * tokens
@@ -178,10 +186,7 @@ def summarize(run: CompiledRun) -> dict:
   hosts = target.num_slices if target.platform == "tpu" else max(
       1, target.n_devices // 8 if target.n_devices > 8 else 1)
   if hosts > 1:
-    out["notes"].append(f"{hosts} {'slices' if target.platform == 'tpu' else 'hosts'}: "
-                        f"collectives that cross them run over the data-center network, slower "
-                        f"than the in-{'slice ICI' if target.platform == 'tpu' else 'host NVLink'}"
-                        f" the interconnect time assumes (a lower bound)")
+    out["notes"].append(_dcn_note(run, hosts))
   if t.fits:
     layer = spec.model.scan_layers
     ref_flops = ana["flops_one_layer"] if layer else ana["flops"]
@@ -196,6 +201,25 @@ def summarize(run: CompiledRun) -> dict:
   if not out["fits"] or out.get("headroom_fraction", 1.0) < MIN_HEADROOM:
     out["suggestions"] = suggestions(run)
   return out
+
+
+def _dcn_note(run: CompiledRun, hosts: int) -> str:
+  """What crosses the slices (or GPU hosts) over the data-center network, and its charge."""
+  t, acc = run.train, run.target.accelerator
+  unit = "slices" if run.target.platform == "tpu" else "hosts"
+  dcn = t.collectives.dcn if t.collectives is not None else {}
+  sent = t.collectives.dcn_wire_bytes if t.collectives is not None else 0.0
+  hint = ("" if run.spec.mesh.get("dcn_data", 1) > 1 else
+          f"; mesh.dcn_data={hosts} keeps only the data-parallel reduction between them")
+  if not sent:
+    return (f"{hosts} {unit}: no collective found crossing them over the data-center "
+            f"network{hint}")
+  kinds = ", ".join(f"{k} {v['count']}×" for k, v in sorted(dcn.items()))
+  where = (f"charged at {acc.dcn_bandwidth / 1e9:.4g} GB/s per chip each way ({acc.dcn_source})"
+           if acc.dcn_bandwidth else f"not charged: no DCN bandwidth known for "
+           f"{acc.display_name} (the step time is a lower bound)")
+  return (f"{hosts} {unit}: {_gb(sent)} per device per step cross the data-center network "
+          f"({kinds}), {where}{hint}")
 
 
 def _gb(x: float | None) -> str:
@@ -273,11 +297,17 @@ def render(rep: dict) -> str:
     c = t["collectives"]
     parts = [f"{k} {c[k]['count']}× {c[k]['operand_bytes'] / 1e6:.4g} MB"
              for k in hlo_lib.KINDS if c[k]["count"]]
-    lines.append("collectives " + ("; ".join(parts) if parts else "none") + " per step "
-                 "(operand bytes per device)")
+    dcn = c.get("dcn") or {}
+    across = ("; across slices (DCN): " + "; ".join(
+        f"{k} {v['count']}× {v['operand_bytes'] / 1e6:.4g} MB" for k, v in sorted(dcn.items()))
+        if dcn else "")
+    lines.append("collectives " + ("; ".join(parts) if parts else "none") + across +
+                 " per step (operand bytes per device)")
     ro = rep["roofline"]
     lines.append(f"roofline   compute {_ms(ro['compute_s'])}, HBM {_ms(ro['hbm_s'])}, "
-                 f"interconnect {_ms(ro['interconnect_s'])} → step ≥ {_ms(ro['step_s'])} "
+                 f"interconnect {_ms(ro['interconnect_s'])}"
+                 + (f", DCN {_ms(ro.get('dcn_s'))}" if ro.get("dcn_bytes") else "")
+                 + f" → step ≥ {_ms(ro['step_s'])} "
                  f"({ro['bound']}-bound; {ro['tokens_per_s']:,.0f} tokens/s, MFU ≤ "
                  f"{100 * ro['mfu_bound']:.2g}%)")
   for note in rep.get("notes", []):

@@ -181,7 +181,8 @@ def variants(config, target: Target) -> list:
   scan = bool(base.model.scan_layers) or base.model.n_layers > 4
   for remat in REMATS:
     for mesh in mesh_splits(target.n_devices, base.model.n_heads):
-      if base.train.global_batch_size % (mesh["data"] * mesh["fsdp"]):
+      if (base.train.global_batch_size % (mesh["data"] * mesh["fsdp"])
+          or mesh["data"] % base.mesh.get("dcn_data", 1)):  # data must hold the slices' part
         continue
       c = base.copy_and_resolve_references()
       c.model.remat = remat

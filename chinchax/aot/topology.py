@@ -75,6 +75,10 @@ class Target:
   def accelerator(self) -> hardware_lib.Accelerator:
     return self.hardware.accelerator
 
+  def describe_short(self) -> str:
+    """``v5e-16 × 2 slices`` (or just the name for one slice)."""
+    return self.spec + (f" × {self.num_slices} slices" if self.num_slices > 1 else "")
+
   def describe(self) -> str:
     a = self.accelerator
     slices = f" × {self.num_slices} slices" if self.num_slices > 1 else ""

@@ -29,7 +29,8 @@ class RunSpec:
     tokens: actual tokens seen = steps × global_batch_size × seq_len.
     flops_6nd: C = 6·N·tokens (FLOPs).
     warmup_steps: linear warmup steps (≤ 10% of steps).
-    mesh: resolved {"data", "fsdp", "tensor"} sizes.
+    mesh: resolved {"data", "fsdp", "tensor"} sizes, and "dcn_data" (the part of data split
+      across slices, ``mesh.dcn_data``) when it is above 1.
     decay_start_step: for ``train.schedule="wsd"``, the step where the final decay
       begins (see :func:`wsd_decay_start`; ``>= steps - 1`` means no decay); 0 for cosine.
     microbatches: M, the microbatches each step's global batch is split into
@@ -134,10 +135,13 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
       raise config_lib.ConfigError(
           f"train.decay_start_step={t.decay_start_step} is inside the {warmup}-step warmup; "
           f"use 0 (the last train.decay_fraction of the steps) or a step >= {warmup}")
+  mesh = config_lib.resolve_mesh_shape(config.mesh, n_devices)
+  if config.mesh.get("dcn_data", 1) > 1:
+    mesh["dcn_data"] = int(config.mesh.dcn_data)
   return RunSpec(model=mcfg, seq_len=t.seq_len, global_batch_size=t.global_batch_size,
                  counts=counts, n_kind=b.n_kind, n_params=n, target_tokens=target, steps=steps,
                  tokens=steps * per_step, flops_6nd=budget.flops_6nd(n, steps * per_step),
-                 warmup_steps=warmup, mesh=config_lib.resolve_mesh_shape(config.mesh, n_devices),
+                 warmup_steps=warmup, mesh=mesh,
                  decay_start_step=decay_start, microbatches=int(t.microbatches),
                  loss_chunk_size=loss_lib.resolve_chunk_size(t.loss_chunk_size, backend,
                                                              t.seq_len, vocab))
