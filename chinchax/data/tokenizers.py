@@ -42,8 +42,8 @@ SPECIAL_AS_TEXT = b"chinchax: special tokens inside text are encoded as text\n"
 # Documents longer than this are encoded in pieces cut at safe boundaries (:func:`split_document`),
 # and encode_batch encodes at most about ENCODE_GROUP_BYTES of text per call: the HF tokenizer
 # holds 125-145 bytes of RAM per byte of text it encodes at once.
-PIECE_BYTES = 1 << 20
-ENCODE_GROUP_BYTES = 2 << 20
+PIECE_BYTES = 1 << 18
+ENCODE_GROUP_BYTES = 1 << 20
 # A cut right after a newline between two ASCII non-space characters: under GPT-2's byte-level
 # pre-tokenisation regex (no lookbehind; the newline is a pre-token of its own both in the whole
 # text and at the end of a piece) the pre-tokens, hence the BPE ids, are the same either way.
@@ -219,7 +219,7 @@ class HFTokenizer:
     stays bounded whatever a document's size."""
     pieces, owner = [], []
     for k, d in enumerate(docs):
-      parts = split_document(d) if self.splittable else [d]
+      parts = split_document(d, PIECE_BYTES) if self.splittable else [d]
       pieces += parts
       owner += [k] * len(parts)
     fast = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
