@@ -102,6 +102,12 @@ def _numpy(params) -> dict:
   return jax.tree.map(np.asarray, nnx.to_pure_dict(params))
 
 
+def _flat(tree) -> dict:
+  """{"blocks.0.attn.wq_DHK": array} of a nested params dict (int or str layer keys)."""
+  return {".".join(str(getattr(k, "key", k)) for k in path): np.asarray(v)
+          for path, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
 @pytest.fixture(scope="module")
 def gqa_export(small_corpus, tmp_path_factory):
   """A 2-step byte-level GQA run (H=4, G=2, tied) and its `chinchax export` directory."""
@@ -126,9 +132,7 @@ def test_export_then_import_gives_the_runs_params_bitwise_and_trains_on(
           m.tie_embeddings, m.rope_theta) == (32, 2, 4, 2, 64, 257, True, 500.0)
   assert c.data.tokenizer == "hf" and c.data.tokenizer_path == str(hf / "tokenizer.json")
   got = _numpy(params)
-  flat_src = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(source)}
-  flat_got = {jax.tree_util.keystr(p).replace("[0]", "['0']").replace("[1]", "['1']"): v
-              for p, v in jax.tree_util.tree_leaves_with_path(got)}
+  flat_src, flat_got = _flat(source), _flat(got)
   assert flat_src.keys() == flat_got.keys()
   for k, v in flat_src.items():
     np.testing.assert_array_equal(flat_got[k], v, err_msg=k)
