@@ -15,7 +15,8 @@ tpu_run() {
 # tpu_precompile [FLAGS...]: before anything is created, compiles the run for $accel with
 # `chinchax compile --topology $accel --no-eval --require-fit FLAGS` (here, no TPU needed;
 # $CHINCHAX names the binary) and exits with its status when the program does not fit or does
-# not compile. skip_compile=1 skips it; under --dry-run it is printed.
+# not compile. skip_compile=1 skips it; under --dry-run it is printed. With slices > 1 it
+# compiles for that many slices (--slices).
 tpu_precompile() {
   if ((skip_compile)); then return 0; fi
   if [[ -z "$accel" ]]; then
@@ -24,6 +25,7 @@ tpu_precompile() {
     exit 2
   fi
   local cmd=("${CHINCHAX:-chinchax}" compile --topology "$accel" --no-eval --require-fit "$@")
+  if ((${slices:-1} > 1)); then cmd+=(--slices "$slices"); fi
   if ((dry_run)); then
     printf '+'; printf ' %q' "${cmd[@]}"; printf '\n'
     return 0
@@ -43,7 +45,8 @@ tpu_on_all_workers() {
   tpu_run gcloud compute tpus tpu-vm ssh "$1" "${where[@]}" --worker=all --command="$2"
 }
 
-# tpu_create VM create|queued: creates VM directly or through a queued resource.
+# tpu_create VM create|queued: creates VM directly or through a queued resource; with
+# slices > 1 the queued resource holds that many slices, named VM-0 … VM-<slices-1>.
 tpu_create() {
   local extra=()
   if ((spot)); then extra+=(--spot); fi
@@ -51,7 +54,9 @@ tpu_create() {
     tpu_run gcloud compute tpus tpu-vm create "$1" "${where[@]}" \
       --accelerator-type="$accel" --version="$version" "${extra[@]}"
   else
-    tpu_run gcloud compute tpus queued-resources create "$1" "${where[@]}" --node-id="$1" \
+    local nodes=(--node-id="$1")
+    if ((${slices:-1} > 1)); then nodes=(--node-count="$slices" --node-prefix="$1"); fi
+    tpu_run gcloud compute tpus queued-resources create "$1" "${where[@]}" "${nodes[@]}" \
       --accelerator-type="$accel" --runtime-version="$version" "${extra[@]}"
   fi
 }

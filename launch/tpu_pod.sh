@@ -4,7 +4,7 @@
 #
 #   launch/tpu_pod.sh --name NAME --zone ZONE [--project PROJECT] [--accelerator-type TYPE]
 #                     [--create | --queued] [--spot] [--version VERSION] [--sync] [--setup]
-#                     [--dir DIR] [--dry-run] [--] [chinchax train flags...]
+#                     [--slices K] [--dir DIR] [--dry-run] [--] [chinchax train flags...]
 #
 #   --name NAME              TPU VM (and queued resource) name
 #   --zone ZONE              zone, e.g. us-east5-a
@@ -17,6 +17,9 @@
 #   --spot                   spot (preemptible) capacity, with --create / --queued
 #   --sync                   copy this checkout (without .git, .venv, runs/) to DIR on every worker
 #   --setup                  make DIR/.venv and pip install -e "DIR[tpu]" on every worker
+#   --slices K               K slices joined over the data-center network (multislice; needs
+#                            --queued to create them, or an existing queued resource whose
+#                            slices are NAME-0 … NAME-<K-1>); train runs on all of them
 #   --dir DIR                code directory on the workers (default: chinchax, under $HOME)
 #   --dry-run                print the gcloud commands instead of running them
 #   --skip-compile           do not compile the run for the slice first (see below)
@@ -39,12 +42,20 @@
 #   launch/tpu_pod.sh --name my-v5p --zone us-east5-a --accelerator-type v5p-32 --create \
 #     --sync --setup -- --config=configs/train.py:125m --config.workdir=gs://my-bucket/runs/125m \
 #     --config.data.store_root=gs://my-bucket/stores
+#
+# Multislice: two v5e-16 slices, FSDP inside each and data parallelism between them, so that
+# only the gradient's data-parallel reduction crosses the data-center network (mesh.dcn_data;
+# the pre-launch compile runs with --slices 2 and reports that traffic):
+#   launch/tpu_pod.sh --name my-ms --zone us-west4-a --accelerator-type v5e-16 --slices 2 \
+#     --queued --sync --setup -- --config=configs/train.py:125m --config.mesh.dcn_data=2 \
+#     --config.mesh.data=2 --config.mesh.fsdp=-1 --config.train.global_batch_size=64 \
+#     --config.workdir=gs://my-bucket/runs/125m-ms --config.data.store_root=gs://my-bucket/stores
 set -euo pipefail
 
 usage() { awk 'NR == 1 || /^#SBATCH/ {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0"; }
 
 name="" zone="" project="" accel="" version="tpu-ubuntu2204-base" dir="chinchax"
-create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0 skip_compile=0
+create=0 queued=0 spot=0 sync=0 setup=0 dry_run=0 skip_compile=0 slices=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -54,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --accelerator-type) accel="$2"; shift 2 ;;
     --version) version="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
+    --slices) slices="$2"; shift 2 ;;
     --create) create=1; shift ;;
     --queued) queued=1; shift ;;
     --spot) spot=1; shift ;;
@@ -67,6 +79,14 @@ while [[ $# -gt 0 ]]; do
 done
 if [[ -z "$name" || -z "$zone" ]]; then
   echo "error: --name and --zone are required (see --help)" >&2
+  exit 2
+fi
+if ! [[ "$slices" =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: --slices takes a positive integer, got '$slices'" >&2
+  exit 2
+fi
+if ((slices > 1 && create)); then
+  echo "error: --slices $slices creates its slices as one queued resource: use --queued, not --create" >&2
   exit 2
 fi
 if [[ $((create + queued)) -gt 0 && -z "$accel" ]]; then
@@ -88,12 +108,35 @@ elif ((queued)); then
   tpu_create "$name" queued
   tpu_wait_active "$name"
 fi
+nodes=("$name")
+if ((slices > 1)); then
+  nodes=()
+  for ((i = 0; i < slices; i++)); do nodes+=("$name-$i"); done
+fi
 if ((sync)); then
   tpu_pack
-  tpu_sync "$name"
+  for node in "${nodes[@]}"; do tpu_sync "$node"; done
 fi
-if ((setup)); then tpu_setup "$name"; fi
+if ((setup)); then
+  for node in "${nodes[@]}"; do tpu_setup "$node"; done
+fi
 
 flags=""
 if [[ $# -gt 0 ]]; then flags="$(printf ' %q' "$@")"; fi
-tpu_on_all_workers "$name" "cd $dir && .venv/bin/chinchax train${flags} --config.distributed.mode=tpu"
+run="cd $dir && .venv/bin/chinchax train${flags} --config.distributed.mode=tpu"
+if ((slices == 1)); then
+  tpu_on_all_workers "$name" "$run"
+  exit 0
+fi
+# Every worker of every slice at once: the run starts when all of them have joined.
+pids=()
+for node in "${nodes[@]}"; do
+  if ((dry_run)); then tpu_on_all_workers "$node" "$run"; continue; fi
+  tpu_on_all_workers "$node" "$run" &
+  pids+=($!)
+done
+status=0
+for pid in ${pids[@]+"${pids[@]}"}; do
+  wait "$pid" || { code=$?; if ((status == 0)); then status=$code; fi; }
+done
+exit "$status"

@@ -193,3 +193,20 @@ def test_two_processes_as_two_slices_train_like_one_process(small_corpus, store_
   worst = max(abs(one[s] - two[s]) / abs(one[s]) for s in one)
   print(f"two processes as two slices vs one process: max relative loss difference {worst:.2e}")
   assert worst <= 1e-5, (one, two)
+
+
+def test_tpu_pod_launches_every_slice_of_a_multislice_queued_resource():
+  def pod(*args):
+    return subprocess.run(["bash", str(REPO / "launch" / "tpu_pod.sh"), "--name", "ms",
+                           "--zone", "z", "--accelerator-type", "v5e-16", *args],
+                          capture_output=True, text=True, timeout=60)
+
+  r = pod("--slices", "2", "--queued", "--dry-run", "--", "--config.mesh.dcn_data=2")
+  assert r.returncode == 0, r.stderr
+  lines = r.stdout.splitlines()
+  assert lines[0].endswith("--config.mesh.dcn_data=2 --slices 2")  # the pre-launch compile
+  assert "--node-count=2 --node-prefix=ms" in lines[1]
+  runs = [l.split()[6] for l in lines if "chinchax\\ train" in l]
+  assert runs == ["ms-0", "ms-1"]
+  r = pod("--slices", "2", "--create")
+  assert r.returncode == 2 and "use --queued" in r.stderr
