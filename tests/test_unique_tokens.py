@@ -76,21 +76,21 @@ def test_resume_mid_epoch_is_bitwise_and_summary_counts_epochs(tiny_config, tmp_
   c = tiny_config
   _, split = _train_split(c)
   c.data.update(unique_tokens=5000, allow_repeat=True)
-  c.budget.steps = 40
-  c.train.update(log_every=1, eval_every=100, checkpoint_every=100)
+  c.budget.steps = 24
+  c.train.update(log_every=1, eval_every=100, checkpoint_every=100, eval_batches=1)
   c.workdir = str(tmp_path / "ref")
   ref = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
   c.workdir = str(tmp_path / "split")
   c.train.stop_after_s = 1e-9  # stops (checkpointed) after its first timed step
   first = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
-  assert first["stopped_by_time"] and 0 < first["steps"] < 40
+  assert first["stopped_by_time"] and 0 < first["steps"] < 24
   assert first["tokens"] < first["unique_tokens"]  # stopped inside the first epoch
   c.train.stop_after_s = 0.0
   s = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
-  assert s["resumed"] and s["steps"] == 40
+  assert s["resumed"] and s["steps"] == 24
   assert _losses(tmp_path / "split") == _losses(tmp_path / "ref")  # bitwise
   assert s["final_eval_loss"] == ref["final_eval_loss"]
-  tokens = 40 * 8 * 32
+  tokens = 24 * 8 * 32
   directory, _ = _train_split(c)
   U = unique_lib.prefix_tokens(unique_lib.document_ends(directory, split.n_tokens),
                                split.n_tokens, 5000)
@@ -146,25 +146,24 @@ def _repeat_ladder(tmp_path, small_corpus, store_root):
 
 def test_repeat_ladder_rows_carry_unique_tokens_and_epochs(tmp_path, small_corpus, store_root):
   c = _repeat_ladder(tmp_path, small_corpus, store_root)
+  c.ladder.update(unique_tokens="5000", validate_unique_tokens=0)  # 3 runs, then the whole split
   path = ladder.run_ladder(c)
   rows = {r["run_id"]: r for r in map(json.loads, path.read_text().splitlines())}
-  assert len(rows) == 6 and all(r["status"] == "done" for r in rows.values())
-  base = [r for i, r in rows.items() if not i.startswith("U")]
-  rep = [r for i, r in rows.items() if i.startswith("U5000_")]
-  assert len(base) == len(rep) == 3
-  _, split = _train_split(ladder.prepare(c, check_data=False, write=False).run_config(
-      ladder.prepare(c, check_data=False, write=False).runs[0]))
-  for r in base:
-    assert r["unique_tokens"] == split.n_tokens and r["epochs"] < 1 and r["repeated_tokens"] == 0
-  for r in rep:
-    assert r["unique_tokens_target"] == 5000 and r["unique_tokens"] < split.n_tokens
-    assert r["epochs"] == pytest.approx(r["D"] / r["unique_tokens"]) and r["epochs"] > 1
-    assert r["repeated_tokens"] == r["D"] - r["unique_tokens"]
+  assert len(rows) == 3 and all(i.startswith("U5000_C4.00e+08_N") for i in rows)
+  directory, split = _train_split(c.train_config)
+  U = unique_lib.prefix_tokens(unique_lib.document_ends(directory, split.n_tokens),
+                               split.n_tokens, 5000)
+  for r in rows.values():
+    assert r["status"] == "done" and r["unique_tokens_target"] == 5000
+    assert r["unique_tokens"] == U and r["epochs"] == pytest.approx(r["D"] / U)
+    assert r["repeated_tokens"] == max(0, r["D"] - U)
+  assert max(r["epochs"] for r in rows.values()) > 1
   # The validation run is fixed by the config: it trains without any fit.
   plan = ladder.prepare(c, check_data=False, write=False)
   row = ladder.run_validation(plan, tmp_path / "no-fit.json")
-  assert row["role"] == "validation" and row["run_id"].startswith("VU8000_C6.00e+08_")
-  assert row["unique_tokens_target"] == 8000 and row["epochs"] > 1
+  assert row["role"] == "validation" and row["run_id"].startswith("VC6.00e+08_N")
+  assert (row["unique_tokens"], row["repeated_tokens"]) == (split.n_tokens, 0)
+  assert row["epochs"] == pytest.approx(row["D"] / split.n_tokens)
 
 
 def test_repeat_ladder_refuses_a_prefix_it_cannot_train(tmp_path, small_corpus, store_root):
