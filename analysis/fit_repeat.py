@@ -7,12 +7,13 @@ The procedure (Approach 3 style, :mod:`analysis.approach3`):
 2. With the base fixed, each form's repetition parameters minimise the summed
    Huber_delta(ln L_pred − ln L) over ALL runs (delta = 1e-3, Chinchilla App. D.2), by
    L-BFGS-B from a small grid of starts: Muennighoff's R_D* and R_N* (in log space, within
-   [:data:`R_STAR_BOUNDS`]), the additive form's P (within [0, :data:`P_MAX`]); then one
-   polish of base and form together from there (:func:`fit_form`).
+   [:data:`R_STAR_BOUNDS`]), the additive form's P (within [0, :data:`P_MAX`]); then, for
+   Muennighoff's form, one polish of base and terms together from there (:func:`fit_form`).
 3. Intervals: residual bootstrap (fixed design; :mod:`analysis.bootstrap`'s default): each
    replicate multiplies every run's predicted loss by exp(e), e drawn from that form's
-   centred residuals in ln L, and refits the form and its base jointly from the full fit's
-   optimum; 95% percentile intervals.
+   centred residuals in ln L, refits the base (the additive form: on the single-epoch runs;
+   Muennighoff's: jointly with its terms) and the form from the full fit's optimum; 95%
+   percentile intervals.
 4. Leave-one-unique-size-out: for each distinct U among the repeated runs (D > U), the form
    is refitted without that U's repeated runs and predicts them (the base, fitted on
    single-epoch runs, stays); the error is (predicted − measured) / measured.
@@ -164,15 +165,18 @@ def _joint_objective(form, base_name, rows, fit_rn, delta):
 
 
 def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
-             delta: float = approach3.HUBER_DELTA, starts=None, joint: bool = True
+             delta: float = approach3.HUBER_DELTA, starts=None, joint: bool | None = None
              ) -> tuple[lr.RepeatLaw, np.ndarray]:
   """Fits one form's repetition parameters (module docstring, step 2).
 
   First with ``base`` fixed, from every start; then, with ``joint``, one L-BFGS-B polish of
   the base's five parameters and the form's together over all runs from that optimum (the
-  form's law holds the polished base). The polish matters for Muennighoff's form, whose
+  form's law holds the polished base). The polish is Muennighoff's form's default: its
   excess-parameter term acts at one epoch too (a run with N > N_opt(D)), so a plain
-  Chinchilla base fitted on those runs is biased under it.
+  Chinchilla base fitted on those runs is biased under it. The additive form leaves every
+  single-epoch run to the base, so its base stays the one fitted on them (polishing it on the
+  repeated runs too only lets it bend toward them: on a 23-run repeat ladder it went to
+  alpha = 3, E = 0).
 
   Args:
     form: "muennighoff" or "overfit".
@@ -180,7 +184,7 @@ def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
     rows: the runs, shape (R,) each.
     delta: Huber threshold.
     starts: starts of the form's parameters, shape (S, k); None: the default grid.
-    joint: polish base and form together.
+    joint: polish base and form together; None: for Muennighoff's form only.
 
   Returns:
     (law, theta): the fitted law and theta = (ln A, ln B, ln E, alpha, beta) + the form's
@@ -192,6 +196,7 @@ def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
   """
   if not rows.repeated.any():
     raise FitError("no run trains more than one epoch (D > unique_tokens): nothing to fit")
+  joint = form == "muennighoff" if joint is None else joint
   fit_rn = form == "muennighoff" and bool((excess_params(base, rows) > EPOCH_TOL).any())
   bounds = _form_bounds(form, fit_rn)
   if starts is None:
@@ -209,13 +214,30 @@ def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
   if best_x is None:
     raise FitError(f"the {form} form could not be fitted (no start gave a finite objective)")
   theta = np.concatenate([_base_theta(base), best_x])
+  law_base = base
   if joint:
     g = _joint_objective(form, base.name, rows, fit_rn, delta)
     jb = [(-50.0, 50.0)] * 3 + [(0.01, 3.0)] * 2 + bounds
     res = _minimize(g, theta, jb)
     if np.isfinite(res.fun) and res.fun <= best_f:
       theta = np.asarray(res.x, dtype=np.float64)
-  return make_law(form, _base_of(theta, base.name), theta[5:], fit_rn), theta
+      law_base = dataclasses.replace(_base_of(theta, base.name), units=base.units,
+                                     fit_range_flops=base.fit_range_flops)
+  return make_law(form, law_base, theta[5:], fit_rn), theta
+
+
+def _refit_base(base: laws.ParametricLaw, rows: RepeatRows,
+                delta: float = approach3.HUBER_DELTA) -> laws.ParametricLaw:
+  """``base`` refitted on the single-epoch runs of ``rows`` by L-BFGS from its own
+  parameters (Approach 3's objective, one start: a bootstrap replicate's base)."""
+  one = rows.subset(~rows.repeated)
+  args = (np.log(one.N), np.log(one.D), np.log(one.loss), delta)
+  with single_threaded_blas():
+    res = scipy.optimize.minimize(approach3.huber_objective, np.asarray(_base_theta(base)),
+                                  args=args, jac=True, method="L-BFGS-B")
+  if not (res.x[3] > 0 and res.x[4] > 0):
+    raise FitError("a bootstrap replicate's base has alpha or beta <= 0")
+  return _base_of(res.x, base.name)
 
 
 def _ci_of(samples: dict[str, list]) -> dict:
@@ -243,7 +265,8 @@ def bootstrap_form(form: str, rows: RepeatRows, law: lr.RepeatLaw, theta: np.nda
   for _ in range(n):
     try:
       star = dataclasses.replace(rows, loss=pred * np.exp(rng.choice(resid, len(pred))))
-      fitted, _ = fit_form(form, law.base, star, starts=[theta[5:]])
+      base = law.base if form == "muennighoff" else _refit_base(law.base, star)
+      fitted, _ = fit_form(form, base, star, starts=[theta[5:]])
     except (FitError, ValueError, FloatingPointError):
       failed += 1
       continue
