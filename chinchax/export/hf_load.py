@@ -44,6 +44,15 @@ def _setter(sharding, layer_sharding):
                  donate_argnums=0)
 
 
+def _place(host, sharding: NamedSharding) -> jax.Array:
+  """``host`` onto ``sharding``: ``jax.device_put``; in a multi-process run, where the sharding
+  spans other hosts' devices, each process puts only its own devices' slices
+  (``make_array_from_callback``: no cross-host comparison of the whole tensor)."""
+  if sharding.is_fully_addressable:
+    return jax.device_put(host, sharding)
+  return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
 def _layer_sharding(sharding: NamedSharding) -> NamedSharding:
   """The sharding of one layer of a stacked parameter: the stacked spec without its first axis."""
   return NamedSharding(sharding.mesh, P(*tuple(sharding.spec)[1:]))
@@ -89,11 +98,11 @@ def load_params(src: HFSource, abstract_params, shardings, n_layers: int):
     del raw
     host = host.astype(dtype, copy=False)
     if not stacked:
-      out[j] = jax.device_put(host, sh)
+      out[j] = _place(host, sh)
     else:
       if out[j] is None:
         out[j] = jax.jit(lambda s=shape, d=dtype: jax.numpy.zeros(s, d), out_shardings=sh)()
       layer_sh = _layer_sharding(sh)
-      out[j] = _setter(sh, layer_sh)(out[j], jax.device_put(host, layer_sh), row)
+      out[j] = _setter(sh, layer_sh)(out[j], _place(host, layer_sh), row)
     del host
   return jax.tree_util.tree_unflatten(treedef, out)
