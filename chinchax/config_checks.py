@@ -390,7 +390,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   check_positive(t.decay_start_step, "train.decay_start_step", allow_zero=True, integer=True)
   parse_save_steps(t.save_steps)
   if not isinstance(t.init_from, str):
-    raise ConfigError(f"train.init_from={t.init_from!r} must be a path (a run's workdir), hf:DIR (an HF Llama checkpoint) or ''")
+    raise ConfigError(f"train.init_from={t.init_from!r} must be a path (a run's workdir), hf:DIR "
+                      f"(an HF Llama checkpoint) or ''")
   check_positive(t.init_step, "train.init_step", allow_zero=True, integer=True)
   if t.init_step and not t.init_from.strip():
     raise ConfigError(f"train.init_step={t.init_step} needs train.init_from, the workdir of the "
