@@ -33,7 +33,7 @@ RESUME_KEYS = (
     "data.source", "data.paths", "data.text_field", "data.txt_documents", "data.tokenizer",
     "data.eos_token", "data.bpe_vocab_size", "data.decode_errors", "data.hf_name",
     "data.hf_config", "data.hf_split", "data.val_fraction",
-    "data.allow_repeat", "data.shuffle_seed",
+    "data.allow_repeat", "data.shuffle_seed", "data.unique_tokens",
 )
 
 
