@@ -156,7 +156,9 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   if v is not None and v["rel_error"] is not None:
     say(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "
         f"{v['predicted_loss']:.4f}, measured {v['measured_loss']:.4f} nats/token "
-        f"({100 * v['rel_error']:+.2f}%)")
+        f"({100 * v['rel_error']:+.2f}%)" + (" by the single-epoch law (repetition ignored; "
+                                              "the repeat lines above give the repetition laws')"
+                                              if report.repeat is not None else ""))
   for k, msgs in sorted(report.warnings.items()):
     for msg in msgs:
       tell(f"approach {k}: {msg}")
@@ -177,11 +179,17 @@ def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say) -> object:
     return {"status": "skipped", "reason": str(e)}
   say(f"repeat: {rep.verdict}")
   for v in rep.validation:
-    preds = ", ".join(f"{k} {p['predicted_loss']:.4f} ({100 * p['rel_error']:+.2f}%)"
-                      for k, p in v["predictions"].items())
-    say(f"repeat: validation run {v['run_id']} ({v['epochs'] or 0:.3g} epochs): measured "
-        f"{v['measured_loss']:.4f}; predicted {preds}")
+    say(_repeat_validation_line(v))
   return rep
+
+
+def _repeat_validation_line(v: dict) -> str:
+  """One line: a held-out run's measured loss beside each repetition law's prediction."""
+  preds = ", ".join(f"{k} {p['predicted_loss']:.4f} ({100 * p['rel_error']:+.2f}%)"
+                    for k, p in v["predictions"].items())
+  return (f"repeat: validation run {v['run_id']} ({v['epochs'] or 0:.3g} epochs of "
+          f"{v['unique_tokens'] or 0:.4g} unique tokens): measured {v['measured_loss']:.4f}; "
+          f"predicted {preds}")
 
 
 def _validation_of(json_path: str) -> dict | None:
@@ -226,6 +234,12 @@ def add_validation(results_path: str | os.PathLike, out_dir: str | os.PathLike |
   except (OSError, ValueError) as e:
     raise FitError(f"cannot read {json_path} ({e}); fit {results_path} first") from None
   data["validation"] = validation_lib.validation_block(data, runs.held_out[-1])
+  rep = data.get("repeat")
+  if isinstance(rep, dict) and rep.get("status") == "ok":  # the repetition laws predict it too
+    rep["validation"] = [repeat_report.validation_from_block(rep, row) for row in runs.held_out]
+    if log is not None:
+      for v in rep["validation"]:
+        log(_repeat_validation_line(v))
   with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded when written
     reportlib.write_json_and_markdown(data, local_out)
   v = data["validation"]

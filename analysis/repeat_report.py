@@ -157,6 +157,22 @@ def _verdict(forms: dict) -> tuple[str, str]:
                   f"{100 * vals[other]:.2f}% for {other} ({ratio:.2f}× lower)")
 
 
+def validation_from_block(block: dict, row: dict) -> dict:
+  """A held-out row predicted by the laws of a fit.json ``repeat`` block (each form with its
+  own base): the entry :func:`fit_repeat` writes in the block's ``validation``."""
+  b = block["base"]
+  base = laws.ParametricLaw(name="base", E=b["E"], A=b["A"], B=b["B"], alpha=b["alpha"],
+                            beta=b["beta"])
+  forms = {}
+  for form in lr.FORMS:
+    if isinstance(block.get(form), dict):
+      fb = block[form].get("base") or b
+      form_base = laws.ParametricLaw(name="base", E=fb["E"], A=fb["A"], B=fb["B"],
+                                     alpha=fb["alpha"], beta=fb["beta"])
+      forms[form] = {"law": lr.law_from_block(block, form_base, form)}
+  return _validation(row, base, forms)
+
+
 def _validation(row: dict, base, forms: dict) -> dict:
   N, D = float(row["N"]), float(row["D"])
   U = float(row["unique_tokens"]) if row.get("unique_tokens") else math.inf

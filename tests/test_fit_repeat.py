@@ -130,6 +130,10 @@ def test_report_bootstrap_leave_one_out_and_block(tmp_path):
   v = block["validation"][0]
   assert v["epochs"] == pytest.approx(12.0)
   assert abs(v["predictions"]["overfit"]["rel_error"]) < 0.01
+  again = rr.validation_from_block(block, held)   # what add_validation writes from fit.json
+  for k, p in v["predictions"].items():
+    assert again["predictions"][k]["predicted_loss"] == pytest.approx(p["predicted_loss"],
+                                                                      rel=1e-12)
   assert "Data-constrained runs" in "\n".join(rr.markdown(block))
   paths = rr.plot_repeat(rep, str(tmp_path))
   assert [p.rsplit(".", 1)[1] for p in paths] == ["png", "svg"]
