@@ -1,4 +1,4 @@
-"""Peak host memory of ``train.init_from=hf:DIR``: a ~1B-parameter synthetic Llama onto 8 CPU devices.
+"""Peak host memory of ``train.init_from=hf:DIR``: a ~1B-parameter synthetic Llama, 8 CPU devices.
 
 Writes a synthetic ``LlamaForCausalLM`` checkpoint with the ``safetensors`` library
 (sharded ``model-0000k-of-0000n.safetensors`` + ``model.safetensors.index.json``, float32
@@ -59,8 +59,10 @@ def _tensor_shapes(cfg: dict) -> dict:
   for i in range(cfg["num_hidden_layers"]):
     p = f"model.layers.{i}."
     out.update({p + "input_layernorm.weight": (D,), p + "self_attn.q_proj.weight": (H * K, D),
-                p + "self_attn.k_proj.weight": (G * K, D), p + "self_attn.v_proj.weight": (G * K, D),
-                p + "self_attn.o_proj.weight": (D, H * K), p + "post_attention_layernorm.weight": (D,),
+                p + "self_attn.k_proj.weight": (G * K, D),
+                p + "self_attn.v_proj.weight": (G * K, D),
+                p + "self_attn.o_proj.weight": (D, H * K),
+                p + "post_attention_layernorm.weight": (D,),
                 p + "mlp.gate_proj.weight": (F, D), p + "mlp.up_proj.weight": (F, D),
                 p + "mlp.down_proj.weight": (D, F)})
   out.update({"model.norm.weight": (D,), "lm_head.weight": (V, D)})
@@ -155,7 +157,8 @@ def measure(directory: pathlib.Path, devices: int) -> dict:
                        for s in x.addressable_shards if s.device == d) for d in jax.devices())
   return {"n_params": int(n), "param_bytes_f32": int(n) * 4, "devices": devices,
           "largest_device_bytes": int(per_device), "rss_before_kb": rss_before,
-          "peak_rss_kb": _status_kb("VmHWM"), "peak_anon_kb": peak_anon[0], "peak_file_kb": peak_file[0],
+          "peak_rss_kb": _status_kb("VmHWM"), "peak_anon_kb": peak_anon[0],
+          "peak_file_kb": peak_file[0],
           "file_before_kb": file_before,
           "rss_after_kb": _status_kb("VmRSS"), "check_s": t_check, "load_s": t_load}
 
@@ -191,7 +194,8 @@ def main(argv=None) -> int:
     print(f"{r['n_params'] / 1e9:.3f}B params ({a.dtype} on disk: {disk / 2**30:.2f} GiB; float32 "
           f"placed: {r['param_bytes_f32'] / 2**30:.2f} GiB over {r['devices']} CPU devices)")
     print(f"RSS before import {gib(r['rss_before_kb']):.2f} GiB; peak {gib(r['peak_rss_kb']):.2f} "
-          f"GiB (anonymous {gib(r['peak_anon_kb']):.2f} GiB); after {gib(r['rss_after_kb']):.2f} GiB")
+          f"GiB (anonymous {gib(r['peak_anon_kb']):.2f} GiB); after "
+          f"{gib(r['rss_after_kb']):.2f} GiB")
     print(f"peak - before = {gib(r['peak_rss_kb'] - r['rss_before_kb']):.2f} GiB = "
           f"{(r['peak_rss_kb'] - r['rss_before_kb']) * 1024 / disk:.2f}× the checkpoint on disk, "
           f"{(r['peak_rss_kb'] - r['rss_before_kb']) * 1024 / r['param_bytes_f32']:.2f}× the "

@@ -49,8 +49,10 @@ def _hand_tensors(D=32, H=4, G=2, F=48, V=300, L=2, tied=False, seed=0):
     p = f"model.layers.{i}."
     out.update({p + "input_layernorm.weight": 1 + r(D),
                 p + "post_attention_layernorm.weight": 1 + r(D),
-                p + "self_attn.q_proj.weight": r(H * K, D), p + "self_attn.k_proj.weight": r(G * K, D),
-                p + "self_attn.v_proj.weight": r(G * K, D), p + "self_attn.o_proj.weight": r(D, H * K),
+                p + "self_attn.q_proj.weight": r(H * K, D),
+                p + "self_attn.k_proj.weight": r(G * K, D),
+                p + "self_attn.v_proj.weight": r(G * K, D),
+                p + "self_attn.o_proj.weight": r(D, H * K),
                 p + "mlp.gate_proj.weight": r(F, D), p + "mlp.up_proj.weight": r(F, D),
                 p + "mlp.down_proj.weight": r(D, F)})
   if not tied:
@@ -131,6 +133,7 @@ def test_export_then_import_gives_the_runs_params_bitwise_and_trains_on(
   assert (m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.d_ff, m.vocab_size,
           m.tie_embeddings, m.rope_theta) == (32, 2, 4, 2, 64, 257, True, 500.0)
   assert c.data.tokenizer == "hf" and c.data.tokenizer_path == str(hf / "tokenizer.json")
+  assert c.data.eos_token == "<|endoftext|>"  # the export's tokenizer_config.json
   got = _numpy(params)
   flat_src, flat_got = _flat(source), _flat(got)
   assert flat_src.keys() == flat_got.keys()

@@ -99,8 +99,8 @@ def read_config(directory: pathlib.Path) -> dict:
   try:
     hf = json.loads(path.read_text())
   except FileNotFoundError:
-    raise HFCheckpointError(f"{where} is not an HF checkpoint: it has no config.json (it "
-                            f"needs config.json and model.safetensors of a LlamaForCausalLM)") from None
+    raise HFCheckpointError(f"{where} is not an HF checkpoint: it has no config.json (it needs "
+                            f"config.json and model.safetensors of a LlamaForCausalLM)") from None
   except (OSError, ValueError) as e:
     raise HFCheckpointError(f"{where}: {path} cannot be read as JSON ({e})") from None
   if not isinstance(hf, dict) or "model_signature" in hf:

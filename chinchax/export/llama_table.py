@@ -5,18 +5,18 @@
 two directions cannot drift apart. Letters: D d_model, H heads, G key/value heads, K
 head_dim, F d_ff, V vocab_size, i the layer::
 
-  embed_VD [V,D]                  ↔ model.embed_tokens.weight [V,D]
-  blocks.i.attn_norm.scale [D]    ↔ model.layers.i.input_layernorm.weight [D]
-  blocks.i.attn.wq_DHK [D,H,K]    ↔ model.layers.i.self_attn.q_proj.weight [H·K,D]  reshape(D,H·K)ᵀ
-  blocks.i.attn.wk_DHK [D,G,K]    ↔ model.layers.i.self_attn.k_proj.weight [G·K,D]  reshape(D,G·K)ᵀ
-  blocks.i.attn.wv_DHK [D,G,K]    ↔ model.layers.i.self_attn.v_proj.weight [G·K,D]  reshape(D,G·K)ᵀ
-  blocks.i.attn.wo_HKD [H,K,D]    ↔ model.layers.i.self_attn.o_proj.weight [D,H·K]  reshape(H·K,D)ᵀ
-  blocks.i.mlp_norm.scale [D]     ↔ model.layers.i.post_attention_layernorm.weight [D]
-  blocks.i.mlp.w_gate_DF [D,F]    ↔ model.layers.i.mlp.gate_proj.weight [F,D]       ᵀ
-  blocks.i.mlp.w_up_DF [D,F]      ↔ model.layers.i.mlp.up_proj.weight [F,D]         ᵀ
-  blocks.i.mlp.w_down_FD [F,D]    ↔ model.layers.i.mlp.down_proj.weight [D,F]       ᵀ
-  final_norm.scale [D]            ↔ model.norm.weight [D]
-  head_DV [D,V] (untied only)     ↔ lm_head.weight [V,D]                            ᵀ
+  embed_VD [V,D]                ↔ model.embed_tokens.weight [V,D]
+  blocks.i.attn_norm.scale [D]  ↔ model.layers.i.input_layernorm.weight [D]
+  blocks.i.attn.wq_DHK [D,H,K]  ↔ model.layers.i.self_attn.q_proj.weight [H·K,D]  reshape(D,H·K)ᵀ
+  blocks.i.attn.wk_DHK [D,G,K]  ↔ model.layers.i.self_attn.k_proj.weight [G·K,D]  reshape(D,G·K)ᵀ
+  blocks.i.attn.wv_DHK [D,G,K]  ↔ model.layers.i.self_attn.v_proj.weight [G·K,D]  reshape(D,G·K)ᵀ
+  blocks.i.attn.wo_HKD [H,K,D]  ↔ model.layers.i.self_attn.o_proj.weight [D,H·K]  reshape(H·K,D)ᵀ
+  blocks.i.mlp_norm.scale [D]   ↔ model.layers.i.post_attention_layernorm.weight [D]
+  blocks.i.mlp.w_gate_DF [D,F]  ↔ model.layers.i.mlp.gate_proj.weight [F,D]       ᵀ
+  blocks.i.mlp.w_up_DF [D,F]    ↔ model.layers.i.mlp.up_proj.weight [F,D]         ᵀ
+  blocks.i.mlp.w_down_FD [F,D]  ↔ model.layers.i.mlp.down_proj.weight [D,F]       ᵀ
+  final_norm.scale [D]          ↔ model.norm.weight [D]
+  head_DV [D,V] (untied only)   ↔ lm_head.weight [V,D]                            ᵀ
 
 Every transform is a transpose and a reshape, so both directions are exact (bitwise) in
 float32. A ``model.scan_layers`` model holds ``blocks.<name>`` stacked [n_layers, ...]:
@@ -43,8 +43,8 @@ class Entry:
   Attributes:
     chinchax: the parameter's dotted name; ``blocks.i.`` marks a per-layer one.
     hf: the HF tensor name; ``layers.i.`` marks a per-layer one.
-    transform: IDENTITY, TRANSPOSE, HEADS_IN ([D, n, K] ↔ [n·K, D]) or
-      HEADS_OUT ([H, K, D] ↔ [D, H·K]).
+  transform: IDENTITY, TRANSPOSE, HEADS_IN ([D, n, K]  ↔ [n·K, D]) or
+  HEADS_OUT ([H, K, D]          ↔ [D, H·K]).
     heads: the letter of the head axis of a HEADS_IN tensor ("H" or "G"), for the spelling.
   """
 
