@@ -79,11 +79,15 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
   wider vs deeper; ``analysis.isotime``) on the table into ``fit/`` beside it, then
   (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison,
   and for a tuned ladder the tuning report (``analysis.tuning``); a fit that fails keeps
-  the runs."""
+  the runs. A ladder with a unique-data axis trains its validation run, fixed by its config,
+  before the fit (``chinchax.ladder.repeat``)."""
   lc = config.ladder
   timed = lc.budget_kind == "seconds"
   out = table.parent / "fit"
-  plan, fitted = None, True
+  plan = None
+  if validate and ladder_lib.unique_axis(lc):  # needs no fit: trained even if the fit fails
+    plan = ladder_lib.prepare(config, devices, check_data=False)
+    ladder_lib.run_validation(plan, out / "fit.json")
   try:
     if timed:
       plan = ladder_lib.prepare(config, devices, check_data=False)
@@ -94,12 +98,10 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
                                warn=console.warn)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
-    if not ladder_lib.unique_axis(lc):
-      return
-    fitted = False  # a data-constrained ladder's validation run is fixed by its config
+    return
   if validate:
     plan = plan or ladder_lib.prepare(config, devices, check_data=False)
-    if ladder_lib.run_validation(plan, out / "fit.json") is not None and fitted:
+    if ladder_lib.run_validation(plan, out / "fit.json") is not None:
       if timed:
         isotime_fit.add_isotime_validation(table, out, log=console.say)
       else:
