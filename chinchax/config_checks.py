@@ -427,7 +427,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
   if not 0.0 < d.val_fraction < 1.0:
     raise ConfigError(f"data.val_fraction={d.val_fraction!r} must lie strictly between 0 and 1")
   check_positive(d.read_threads, "data.read_threads", integer=True)
-  check_choice(d.store_reader, ("auto", "mmap", "memory", "tensorstore"), "data.store_reader")
+  check_choice(d.store_reader, ("auto", "mmap", "memory", "ranged", "tensorstore"),
+               "data.store_reader")
   check_positive(d.store_cache_mb, "data.store_cache_mb", allow_zero=True)
   if (not isinstance(d.shuffle_seed, int) or isinstance(d.shuffle_seed, bool)
       or d.shuffle_seed < -1):

@@ -126,8 +126,8 @@ def base_config() -> ml_collections.ConfigDict:
   d.unique_tokens = 0             # train on only the first U tokens of the training split (whole documents, nearest boundary), in epochs of fresh permutations; 0 = the whole split (chinchax.data.unique)
   d.max_epochs = 0.0              # refuse a run that reads its training tokens (the unique prefix) more than this many times; 0 = no limit
   d.read_threads = 2              # threads reading the next training batches ahead (each reads whole batches)
-  d.store_reader = "auto"         # how the token store is read: auto (local: mmap its chunk files; else RAM up to 2^28 tokens, else tensorstore) | mmap | memory | tensorstore
-  d.store_cache_mb = 256.0        # MB of tensorstore chunk cache per split when read through tensorstore (gs:// stores)
+  d.store_reader = "auto"         # how the token store is read: auto (local: mmap its chunk files; else RAM up to 2^28 tokens, else ranged reads) | mmap | memory | ranged | tensorstore
+  d.store_cache_mb = 256.0        # MB of chunk cache per split for store_reader=tensorstore
 
   c.mesh = x = ml_collections.ConfigDict()
   x.data = -1                     # data-parallel axis size; -1 = fill with the remaining devices
