@@ -3,10 +3,13 @@ raw chunk files read like tensorstore reads them, the existing-store start witho
 shards deleted during assembly, huge documents encoded in pieces to the same ids."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorstore as ts
+
+from gcs_server import gcs, gcs_url  # noqa: F401
 
 from chinchax.data import builder, pipeline, reader, scancache, sources, store, tokenizers
 
@@ -17,7 +20,7 @@ def byte_store(small_corpus, tmp_path_factory):
   return builder.build(src, tokenizers.ByteTokenizer(), str(tmp_path_factory.mktemp("s")), 0.1)
 
 
-@pytest.mark.parametrize("kind", ["mmap", "tensorstore", "memory"])
+@pytest.mark.parametrize("kind", ["mmap", "ranged", "tensorstore", "memory"])
 def test_batches_equal_the_window_by_window_reference(byte_store, kind):
   # The reference: each window read by itself through tensorstore, no cache (earlier versions).
   ref = store.TokenSplit(byte_store, "train", reader="tensorstore", cache_mb=0)
@@ -57,16 +60,35 @@ def test_chunk_files_read_as_tensorstore_reads_them(tmp_path, dtype):
   arr = _array(tmp_path / "a.zarr", data, 1000)  # the last chunk is partial
   (tmp_path / "a.zarr" / "c" / "3").unlink()  # a chunk never written reads as the fill value
   mm = reader.ChunkFileReader.open(tmp_path / "a.zarr")
+  ranged = reader.RangeReader.open(tmp_path / "a.zarr")
   tsr = reader.TensorstoreReader(store.open_array(tmp_path / "a.zarr"))
   assert mm is not None and np.all(tsr.read(3000, 1000) == 0)
   starts = np.array([0, 990, 2950, 3999, 5000, 10_500 - 2100, 7, 10_500 - 2103])
-  np.testing.assert_array_equal(mm.read_windows(starts, 2100), tsr.read_windows(starts, 2100))
+  want = tsr.read_windows(starts, 2100)
+  np.testing.assert_array_equal(mm.read_windows(starts, 2100), want)
+  np.testing.assert_array_equal(ranged.read_windows(starts, 2100), want)
   np.testing.assert_array_equal(mm.read(0, 10_500), np.asarray(arr.read().result()))
   with pytest.raises(IndexError, match="leaves the array"):
     mm.read_windows([10_000], 600)
   # Compressed chunks cannot be mapped: the split falls back to tensorstore.
   _array(tmp_path / "z.zarr", data, 1000, [{"name": "bytes"}, {"name": "zstd"}])
   assert reader.ChunkFileReader.open(tmp_path / "z.zarr") is None
+  assert reader.RangeReader.open(tmp_path / "z.zarr") is None
+
+
+def test_gcs_store_reads_the_same_batches(byte_store, gcs_url, tmp_path):
+  from chinchax.data import remote
+  copy = tmp_path / byte_store.name
+  shutil.copytree(byte_store, copy)
+  remote.upload(copy, gcs_url)
+  ref = pipeline.TrainBatches(store.TokenSplit(byte_store, "train", reader="tensorstore",
+                                               cache_mb=0), 64, 16, steps=30, seed=2)
+  for kind in ("auto", "ranged", "tensorstore"):
+    split = store.TokenSplit(gcs_url, "train", reader=kind)
+    assert split.reader.kind == {"auto": "memory"}.get(kind, kind)  # a small split is held
+    got = pipeline.TrainBatches(split, 64, 16, steps=30, seed=2)
+    for step in (0, 11):
+      np.testing.assert_array_equal(got.batch(step), ref.batch_rowwise(step))
 
 
 class _CountingSource(sources.FileSource):

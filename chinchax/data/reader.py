@@ -33,7 +33,7 @@ import tensorstore as ts
 
 from chinchax import paths as paths_lib
 
-READERS = ("auto", "memory", "mmap", "tensorstore")
+READERS = ("auto", "memory", "mmap", "ranged", "tensorstore")
 # Chunk files kept memory-mapped at once by a ChunkFileReader (an LRU; each map is one chunk,
 # 2-4 MB of address space, so 4,096 maps stay far below Linux's default vm.max_map_count).
 MAX_MAPPED_CHUNKS = 4096
@@ -49,6 +49,34 @@ def _check_windows(starts, length: int) -> np.ndarray:
   if length < 0:
     raise ValueError(f"window length {length} is negative")
   return starts
+
+
+def raw_layout(meta: dict):
+  """(chunk, dtype, fill_value, n_tokens, key) of a 1-D zarr3 array whose chunks are raw
+  little-endian bytes (the ``bytes`` codec alone), from its ``zarr.json``; None for any other
+  layout. ``key`` maps a chunk index to its key under the array (``c/<i>``)."""
+  grid = meta.get("chunk_grid", {})
+  codecs = meta.get("codecs", [])
+  encoding = meta.get("chunk_key_encoding", {"name": "default"})
+  shape = meta.get("shape", [])
+  if (meta.get("zarr_format") != 3 or len(shape) != 1 or grid.get("name") != "regular"
+      or len(codecs) != 1 or codecs[0].get("name") != "bytes"):
+    return None
+  dtype = np.dtype(meta["data_type"])
+  if dtype.itemsize > 1 and codecs[0].get("configuration", {}).get("endian", "little") != "little":
+    return None
+  sep = encoding.get("configuration", {}).get("separator")
+  if encoding.get("name") == "default":
+    sep = sep or "/"
+
+    def key(i):
+      return f"c{sep}{i}"
+  elif encoding.get("name") == "v2":
+    key = str
+  else:
+    return None
+  chunk = int(grid["configuration"]["chunk_shape"][0])
+  return chunk, dtype.newbyteorder("<"), meta.get("fill_value", 0), int(shape[0]), key
 
 
 class MemoryReader:
@@ -103,33 +131,10 @@ class ChunkFileReader:
       return None
     path = pathlib.Path(path)
     try:
-      meta = json.loads((path / "zarr.json").read_text())
+      layout = raw_layout(json.loads((path / "zarr.json").read_text()))
     except (OSError, ValueError):
       return None
-    grid = meta.get("chunk_grid", {})
-    codecs = meta.get("codecs", [])
-    encoding = meta.get("chunk_key_encoding", {"name": "default"})
-    shape = meta.get("shape", [])
-    if (meta.get("zarr_format") != 3 or len(shape) != 1 or grid.get("name") != "regular"
-        or len(codecs) != 1 or codecs[0].get("name") != "bytes"):
-      return None
-    dtype = np.dtype(meta["data_type"])
-    endian = codecs[0].get("configuration", {}).get("endian", "little")
-    if dtype.itemsize > 1 and endian != "little":
-      return None
-    sep = encoding.get("configuration", {}).get("separator")
-    if encoding.get("name") == "default":
-      sep = sep or "/"
-
-      def key(i):
-        return f"c{sep}{i}"
-    elif encoding.get("name") == "v2":
-      key = str
-    else:
-      return None
-    chunk = int(grid["configuration"]["chunk_shape"][0])
-    return cls(path, chunk, dtype.newbyteorder("<"), meta.get("fill_value", 0), int(shape[0]),
-               key)
+    return None if layout is None else cls(path, *layout)
 
   def _chunk(self, i: int) -> np.ndarray:
     with self._lock:
@@ -175,6 +180,66 @@ class ChunkFileReader:
     for j, s in enumerate(starts.tolist()):
       self._copy(out[j], s)
     return out
+
+
+class RangeReader:
+  """Windows read as byte ranges of the raw chunk objects, any kvstore (gs:// above all).
+
+  A window costs one or two ranged reads of its own bytes (not a whole chunk);
+  all of a batch's reads are issued together in one ``ts.Batch``. Use :meth:`open`.
+
+  Args:
+    kvstore: the opened ``ts.KvStore`` of the array directory (its path ends in "/").
+    chunk, dtype, fill_value, n_tokens, key: see :func:`raw_layout`.
+  """
+
+  kind = "ranged"
+
+  def __init__(self, kvstore, chunk: int, dtype, fill_value, n_tokens: int, key):
+    self.kv, self.chunk, self.dtype, self.n_tokens = kvstore, chunk, np.dtype(dtype), n_tokens
+    self.fill, self._key = fill_value, key
+
+  @classmethod
+  def open(cls, path) -> "RangeReader | None":
+    """The reader of a 1-D zarr3 array of raw chunks at ``path`` (local or gs://); None for
+    another layout."""
+    spec = paths_lib.kvstore_spec(path)
+    spec["path"] = spec["path"].rstrip("/") + "/"
+    kv = ts.KvStore.open(spec).result()
+    got = kv.read("zarr.json").result()
+    if got.state != "value":
+      return None
+    layout = raw_layout(json.loads(bytes(got.value)))
+    return None if layout is None else cls(kv, *layout)
+
+  def read_windows(self, starts, length: int) -> np.ndarray:
+    """Tokens [s, s + length) for every s of ``starts`` [n] (all inside the array): [n, length]."""
+    starts = _check_windows(starts, length)
+    if len(starts) and (starts.min() < 0 or starts.max() + length > self.n_tokens):
+      raise IndexError(f"a window of {length} tokens at {starts.min()}..{starts.max()} leaves "
+                       f"the array of {self.n_tokens} tokens")
+    out = np.empty((len(starts), length), self.dtype)
+    size, c, pieces = self.dtype.itemsize, self.chunk, []
+    with ts.Batch() as batch:
+      for j, s in enumerate(starts.tolist()):
+        pos = 0
+        while pos < length:
+          i, off = divmod(s + pos, c)
+          take = min(length - pos, c - off)
+          f = self.kv.read(self._key(i), byte_range=slice(off * size, (off + take) * size),
+                           batch=batch)
+          pieces.append((j, pos, take, f))
+          pos += take
+    for j, pos, take, f in pieces:
+      r = f.result()
+      out[j, pos:pos + take] = (np.frombuffer(r.value, self.dtype) if r.state == "value"
+                                else self.fill)
+    return out
+
+  def read(self, start: int, length: int) -> np.ndarray:
+    """Tokens [start, start + length), clipped to the array's end."""
+    length = max(0, min(length, self.n_tokens - start))
+    return self.read_windows([start], length)[0] if length else np.zeros(0, self.dtype)
 
 
 class TensorstoreReader:

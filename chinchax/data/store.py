@@ -134,9 +134,10 @@ class TokenSplit:
     reader: how windows are read (:mod:`chinchax.data.reader`): ``auto`` =
       ``mmap`` for a local store (raw chunk files, page cache shared by the
       host's processes), else ``memory`` up to ``max_in_memory`` tokens, else
-      ``tensorstore``; or one of those three by name (``memory`` for any
-      size: the whole split in RAM).
-    cache_mb: MB of tensorstore chunk cache (``tensorstore`` reader; gs://).
+      ``ranged`` (byte ranges of the raw chunk objects: a gs:// store), else
+      ``tensorstore``; or one of those by name (``memory`` for any size: the
+      whole split in RAM).
+    cache_mb: MB of tensorstore chunk cache (``tensorstore`` reader).
   Raises:
     ValueError: an unknown split or reader name.
   """
@@ -159,10 +160,16 @@ class TokenSplit:
       chosen = reader_lib.ChunkFileReader.open(path)
       if chosen is None and reader == "mmap":
         raise ValueError(f"{path} cannot be memory-mapped (a gs:// store, or chunks that are "
-                         f"not raw bytes); use reader 'auto', 'memory' or 'tensorstore'")
+                         f"not raw bytes); use reader 'auto', 'memory', 'ranged' or 'tensorstore'")
+    held = reader == "memory" or (reader == "auto" and self.n_tokens <= max_in_memory)
+    if chosen is None and (reader == "ranged" or (reader == "auto" and not held)):
+      chosen = reader_lib.RangeReader.open(path)
+      if chosen is None and reader == "ranged":
+        raise ValueError(f"{path} does not hold raw chunks for ranged reads; use reader "
+                         f"'auto', 'memory' or 'tensorstore'")
     if chosen is None:
       self._ts = open_array(path, context=reader_lib.cache_context(int(cache_mb * 2**20)))
-      if reader == "memory" or (reader == "auto" and self.n_tokens <= max_in_memory):
+      if held:
         chosen = reader_lib.MemoryReader(np.asarray(self._ts[: self.n_tokens].read().result()))
       else:
         chosen = reader_lib.TensorstoreReader(self._ts)
