@@ -124,6 +124,7 @@ def base_config() -> ml_collections.ConfigDict:
   d.shuffle_seed = -1             # seed of the training data order; -1 = follow seed (trial_seeds share this order)
   d.allow_repeat = False          # permit more than one epoch over the training split
   d.unique_tokens = 0             # train on only the first U tokens of the training split (whole documents, nearest boundary), in epochs of fresh permutations; 0 = the whole split (chinchax.data.unique)
+  d.unique_order = "store"        # which documents data.unique_tokens keeps: store (the first of the training split: a prefix) | shuffled (the first of a permutation seeded by the data order's seed: a uniform sample; a larger U keeps a superset)
   d.max_epochs = 0.0              # refuse a run that reads its training tokens (the unique prefix) more than this many times; 0 = no limit
   d.read_threads = 2              # threads reading the next training batches ahead (each reads whole batches)
   d.store_reader = "auto"         # how the token store is read: auto (local: mmap its chunk files; else RAM up to 2^28 tokens, else ranged reads) | mmap | memory | ranged | tensorstore

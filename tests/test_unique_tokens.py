@@ -49,6 +49,26 @@ def test_prefix_is_whole_documents_nearest_the_ask(tiny_config):
     unique_lib.prefix_tokens(got, split.n_tokens, split.n_tokens + 1)
 
 
+def test_shuffled_order_keeps_whole_random_documents(tiny_config):
+  directory, split = _train_split(tiny_config)
+  starts = np.load(directory / "train_docs.npy")
+  ends = unique_lib.document_ends(directory, split.n_tokens)
+  doc_len = dict(zip(starts.tolist(), (ends - starts).tolist()))
+  s, l = unique_lib.select_documents(ends, 20000, "shuffled", seed=5)
+  assert all(doc_len[a] == b for a, b in zip(s.tolist(), l.tolist()))  # whole documents
+  assert list(s) != list(starts[:len(s)])  # not the store's first documents
+  s2, _ = unique_lib.select_documents(ends, 60000, "shuffled", seed=5)
+  assert list(s2[:len(s)]) == list(s)  # a larger budget keeps a superset, same order
+  view = unique_lib.DocumentsView(split, s, l)
+  full = split.all_tokens()
+  expect = np.concatenate([full[a:a + b] for a, b in zip(s, l)])
+  np.testing.assert_array_equal(view.all_tokens(), expect)  # the documents, concatenated
+  T = 32
+  ids = np.array([0, 3, (view.n_tokens - 1) // T - 1])
+  np.testing.assert_array_equal(view.read_windows(ids * T, T + 1),
+                                np.stack([expect[i * T:i * T + T + 1] for i in ids]))
+
+
 def test_each_epoch_is_a_fresh_permutation_of_the_prefix(tiny_config):
   directory, split = _train_split(tiny_config)
   T, B = 32, 8

@@ -34,6 +34,7 @@ RESUME_KEYS = (
     "data.eos_token", "data.bpe_vocab_size", "data.decode_errors", "data.hf_name",
     "data.hf_config", "data.hf_split", "data.val_fraction",
     "data.allow_repeat", "data.shuffle_seed", "data.unique_tokens",
+    "data.unique_order",
 )
 
 

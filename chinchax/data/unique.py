@@ -25,23 +25,103 @@ from chinchax.data import remote as remote_lib
 from chinchax.data import sources as sources_lib
 
 
-class PrefixSplit:
-  """The first ``n_tokens`` tokens of a :class:`chinchax.data.store.TokenSplit` (read-only view).
+UNIQUE_ORDERS = ("store", "shuffled")  # data.unique_order
 
-  Has what the window pipeline reads of a split: ``n_tokens``, ``read``,
-  ``all_tokens``, ``manifest``, ``directory``.
+
+class DocumentsView:
+  """Documents of a :class:`chinchax.data.store.TokenSplit` read as one token sequence.
+
+  Segment k is the split's tokens [starts[k], starts[k] + lengths[k]); the view
+  is their concatenation in the given order. Has what the window pipeline reads
+  of a split: ``n_tokens``, ``read``, ``read_windows``, ``all_tokens``,
+  ``manifest``, ``directory``.
+
+  Args:
+    split: the training split.
+    starts, lengths: int [k] segment offsets and token counts.
   """
 
-  def __init__(self, split, n_tokens: int):
-    self.split, self.n_tokens = split, int(n_tokens)
+  def __init__(self, split, starts, lengths):
+    self.split = split
+    self.starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    self.n_tokens = int(self.offsets[-1])
     self.manifest, self.directory = split.manifest, split.directory
 
+  @property
+  def contiguous(self) -> bool:
+    """One segment from the split's first token: the view is a prefix of the split."""
+    return len(self.starts) == 1 and self.starts[0] == 0
+
   def read(self, start: int, length: int) -> np.ndarray:
-    """Tokens [start, min(start + length, n_tokens)) of the prefix."""
-    return self.split.read(start, max(0, min(length, self.n_tokens - start)))
+    """Tokens [start, min(start + length, n_tokens)) of the view."""
+    stop = min(start + length, self.n_tokens)
+    if self.contiguous:
+      return self.split.read(start, max(0, stop - start))
+    pieces, pos = [], start
+    while pos < stop:
+      k = int(np.searchsorted(self.offsets, pos, side="right")) - 1
+      take = min(stop, int(self.offsets[k + 1])) - pos
+      pieces.append(self.split.read(int(self.starts[k]) + pos - int(self.offsets[k]), take))
+      pos += take
+    return np.concatenate(pieces) if pieces else self.split.read(0, 0)
+
+  def read_windows(self, starts, length: int) -> np.ndarray:
+    """Tokens [s, s + length) for each s of ``starts`` [n], all inside the view: [n, length]
+    (``read`` row by row; a prefix reads through the split's batched reader).
+
+    Raises:
+      IndexError: a window reaches past the view.
+    """
+    starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+    if len(starts) and starts.max() + length > self.n_tokens:
+      raise IndexError(f"a window of {length} tokens at {starts.max()} reaches past the "
+                       f"{self.n_tokens} tokens kept")
+    if self.contiguous and hasattr(self.split, "read_windows"):
+      return self.split.read_windows(starts, length)
+    if not len(starts):
+      return np.zeros((0, length), self.split.read(0, 0).dtype)
+    return np.stack([self.read(int(s), length) for s in starts])
 
   def all_tokens(self) -> np.ndarray:
-    return self.split.read(0, self.n_tokens)
+    return self.read(0, self.n_tokens)
+
+
+def PrefixSplit(split, n_tokens: int) -> DocumentsView:  # noqa: N802 — a view's constructor
+  """The first ``n_tokens`` tokens of ``split`` as a :class:`DocumentsView`."""
+  return DocumentsView(split, [0], [n_tokens])
+
+
+def select_documents(ends: np.ndarray, unique_tokens: int, order: str = "store",
+                     seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """The documents a unique-data budget keeps: (starts, lengths), int64 [k] each, in reading order.
+
+  ``order="store"``: the first documents of the split (one segment, a prefix);
+  ``"shuffled"``: the first documents of a permutation of them seeded by ``seed``
+  (a uniform sample of whole documents; a larger U keeps a superset). Either
+  way their tokens add up to ``unique_tokens`` rounded to the nearest
+  document boundary of that order (:func:`prefix_tokens`).
+
+  Args:
+    ends: int64 [n_docs] document ends (:func:`document_ends`).
+  Raises:
+    DataError: ``unique_tokens`` exceeds the split; an unknown ``order``.
+  """
+  if order not in UNIQUE_ORDERS:
+    raise sources_lib.DataError(f"data.unique_order={order!r} is not one of "
+                                f"{', '.join(map(repr, UNIQUE_ORDERS))}")
+  n_tokens = int(ends[-1])
+  starts_all = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+  lengths_all = ends - starts_all
+  idx = (np.arange(len(ends)) if order == "store"
+         else np.random.default_rng(seed).permutation(len(ends)))
+  cum = np.cumsum(lengths_all[idx])
+  kept = prefix_tokens(cum, n_tokens, unique_tokens)
+  if order == "store":
+    return np.zeros(1, np.int64), np.array([kept], np.int64)
+  k = int(np.searchsorted(cum, kept)) + 1
+  return starts_all[idx[:k]], lengths_all[idx[:k]]
 
 
 def document_ends(directory, n_tokens: int) -> np.ndarray:
@@ -62,10 +142,13 @@ def check_config(d, t) -> None:
   train section ``t``) before any data is read.
 
   Raises:
-    DataError: not a non-negative integer / number, or a U below one batch
-      (:func:`min_unique_tokens`).
+    DataError: not a non-negative integer / number, an unknown ``data.unique_order``, or a U
+      below one batch (:func:`min_unique_tokens`).
   """
   u, m = d.unique_tokens, d.max_epochs
+  if d.unique_order not in UNIQUE_ORDERS:
+    raise sources_lib.DataError(f"data.unique_order={d.unique_order!r} is not one of "
+                                f"{', '.join(map(repr, UNIQUE_ORDERS))}")
   if not isinstance(u, int) or isinstance(u, bool) or u < 0:
     raise sources_lib.DataError(f"data.unique_tokens={u!r} must be an integer >= 0 (tokens of "
                                 f"the training split to repeat; 0 = the whole split)")

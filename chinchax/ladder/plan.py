@@ -165,7 +165,8 @@ def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
         unique_lib.check_config(rc.data, rc.train)
         if asked and ends is None:
           ends = unique_lib.document_ends(split.directory, split.n_tokens)
-        unique = (unique_lib.prefix_tokens(ends, split.n_tokens, asked) if asked
+        unique = (int(sum(unique_lib.select_documents(
+            ends, asked, rc.data.unique_order, config_lib.data_shuffle_seed(rc))[1])) if asked
                   else split.n_tokens)
         unique_lib.check_reads(unique, asked, seq_len=base.train.seq_len,
                                global_batch_size=r.hparams.global_batch_size,

@@ -81,14 +81,17 @@ def prepare_data(config, spec: spec_lib.RunSpec, rows: tuple[int, int] | None = 
     rows = (jax.process_index() * per_proc, (jax.process_index() + 1) * per_proc)
   read_split, unique = train_split, train_split.n_tokens
   if config.data.unique_tokens or config.data.max_epochs:  # a prefix of whole documents
-    if config.data.unique_tokens:
-      unique = unique_lib.prefix_tokens(unique_lib.document_ends(directory, unique),
-                                        unique, config.data.unique_tokens)
+    starts, lengths = [0], [unique]
+    if config.data.unique_tokens:  # data.unique_order: the store's order, or shuffled
+      starts, lengths = unique_lib.select_documents(
+          unique_lib.document_ends(directory, unique), config.data.unique_tokens,
+          config.data.unique_order, config_lib.data_shuffle_seed(config))
+      unique = int(sum(lengths))
     unique_lib.check_reads(unique, config.data.unique_tokens, seq_len=spec.seq_len,
                            global_batch_size=spec.global_batch_size, steps=spec.steps,
                            allow_repeat=config.data.allow_repeat,
                            max_epochs=config.data.max_epochs)
-    read_split = unique_lib.PrefixSplit(train_split, unique)
+    read_split = unique_lib.DocumentsView(train_split, starts, lengths)
   batches = pipeline_lib.TrainBatches(
       read_split, spec.seq_len, spec.global_batch_size, spec.steps,
       config_lib.data_shuffle_seed(config),
