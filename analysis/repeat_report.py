@@ -87,9 +87,12 @@ def _finite(x):
 
 
 def _identified(value: float, ci) -> bool:
+  """Whether a decay constant is pinned down: its optimum inside the search box, and its
+  interval off both ends (above 2× the lower bound, below half the upper)."""
   lo, hi = math.log(fr.R_STAR_BOUNDS[0]), math.log(fr.R_STAR_BOUNDS[1])
   inside = lo + 1e-3 < math.log(value) < hi - 1e-3
-  return bool(inside and ci is not None and ci[1] < 0.5 * fr.R_STAR_BOUNDS[1])
+  return bool(inside and ci is not None and ci[0] > 2 * fr.R_STAR_BOUNDS[0]
+              and ci[1] < 0.5 * fr.R_STAR_BOUNDS[1])
 
 
 def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstrap: int = 200,
