@@ -9,6 +9,10 @@ mlp, vocab``; ``kv`` is head_dim, ``kv_heads`` the key/value heads of grouped-qu
           (and optimizer state) split along their ``embed`` axis.
   tensor  tensor (Megatron) parallelism: heads (query and key/value), MLP hidden and
           vocab split.
+
+Several slices (``mesh.dcn_data`` = K): the data axis is K groups of slices × the data
+ways within one, the group its major part, so only data parallelism crosses the
+data-center network and the rules table is the same (:func:`make_mesh`).
 """
 
 from __future__ import annotations
