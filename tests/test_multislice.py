@@ -20,6 +20,7 @@ from chinchax import config as config_lib
 from chinchax import sharding
 from chinchax import train as train_lib
 from chinchax.aot import hlo
+from chinchax.aot import program as program_lib
 from chinchax.aot import report as report_lib
 from chinchax.aot import search as search_lib
 from chinchax.aot import topology
@@ -73,6 +74,11 @@ def test_one_process_is_one_slice_and_data_must_hold_dcn_data():
     config_lib.resolve_mesh_shape(c.mesh, 8)
   c.mesh.update(data=2)
   assert config_lib.resolve_mesh_shape(c.mesh, 8) == {"data": 2, "fsdp": 4, "tensor": 1}
+  c.mesh.update(dcn_data=3, data=-1, fsdp=1)  # two slices: 3 is not a divisor of 2
+  target = topology.parse_target("v5e-16", num_slices=2)
+  with pytest.raises(config_lib.ConfigError, match=r"mesh.dcn_data=3 does not divide the 2 "
+                     r"slices \(--slices\) of v5e-16 × 2 slices; use one of 1, 2"):
+    program_lib.check_config(c, target)
 
 
 def test_groups_that_span_slices_are_charged_to_the_dcn_by_hand():
@@ -138,9 +144,6 @@ def test_fsdp_over_two_slices_sends_parameter_gathers_over_the_dcn_too():
 @pytest.mark.parametrize("args, words", [
     (("compile", "--slices", "2", "--topology", "v5e-16", "--config=configs/train.py:tiny",
       "--config.mesh.dcn_data=3"), "mesh.dcn_data=3 does not divide the 2 slices"),
-    (("compile", "--slices", "2", "--topology", "v5e-16", "--config=configs/train.py:tiny",
-      "--config.mesh.dcn_data=2", "--config.mesh.data=1", "--config.mesh.fsdp=-1"),
-     "mesh.data=1 must be a multiple of mesh.dcn_data=2"),
     (("train", "--config=configs/train.py:tiny", "--config.mesh.dcn_data=2"),
      "does not divide the 1 processes"),
 ])
