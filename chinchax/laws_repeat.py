@@ -214,6 +214,9 @@ RepeatLaw = Union[MuennighoffLaw, OverfitLaw]
 # between the grid neighbours of the best point.
 SEARCH_DECADES = 4.0
 SEARCH_POINTS_PER_DECADE = 100
+# Grid points within this relative loss of the lowest are ties; with more than two (a flat
+# stretch, where the repetition terms have saturated) the tie nearest the base law's N_opt wins.
+FLAT_RTOL = 1e-9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +265,11 @@ class DataLimitedLaw:
     f = lambda lx: self.loss(np.exp(lx), C / (6.0 * np.exp(lx)))
     values = f(x)
     i = int(np.argmin(values))
+    flat = np.flatnonzero(values <= values[i] * (1.0 + FLAT_RTOL))
+    if len(flat) > 2:  # the law does not choose (its terms saturate): keep the base's split
+      i = int(flat[np.argmin(np.abs(x[flat] - math.log(n0)))])
+      N = math.exp(float(x[i]))
+      return N, C / (6.0 * N)
     lo, hi = x[max(i - 1, 0)], x[min(i + 1, len(x) - 1)]
     res = scipy.optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded",
                                          options={"xatol": 1e-10})
@@ -271,7 +279,8 @@ class DataLimitedLaw:
 
   def optimal_allocation(self, C):
     """The (N, D) of lowest loss at C = 6·N·D FLOPs with U unique tokens (numeric search:
-    :data:`SEARCH_DECADES` decades either side of the base law's N_opt); floats or arrays."""
+    :data:`SEARCH_DECADES` decades either side of the base law's N_opt; on a flat stretch of
+    ties, :data:`FLAT_RTOL`, the one nearest that N_opt); floats or arrays."""
     C = laws._positive_array(C, "C")
     if C.ndim == 0:
       return self._optimum(float(C))

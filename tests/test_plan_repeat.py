@@ -125,3 +125,14 @@ def test_unique_tokens_needs_a_flop_budget_and_a_loss_law():
   assert rc == 2 and "--unique-tokens plans a --flops budget" in err
   rc, _, err = run_cli("--flops", 1e19, "--unique-tokens", 1e9, "--law", "chinchilla-approach1")
   assert rc == 2 and "needs a law that predicts loss" in err
+
+
+def test_a_flat_law_keeps_the_base_split():
+  """Saturated terms (tiny R_D*, R_N*) make the loss flat in N past U's sizes: the plan keeps
+  the base law's N_opt (the nearest grid point) instead of an arbitrary end of the flat."""
+  law = lr.MuennighoffLaw(base=BASE, R_D_star=0.01, R_N_star=0.01)
+  n_u, d_u = BASE.optimal_allocation(C)
+  n, d = lr.DataLimitedLaw(law, d_u / 1000).optimal_allocation(C)
+  grid = np.exp(np.log(n_u) + np.linspace(-4, 4, 801) * np.log(10))
+  assert n == pytest.approx(grid[np.argmin(np.abs(np.log(grid / n_u)))], rel=1e-12)
+  assert abs(np.log(n / n_u)) <= np.log(10) / 200

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> planner.Plan:
   data_limit = None
   if unique is not None:
     rlaw, note = constrained.repeat_law(args.law, law)
-    data_limit = constrained.data_limited(args.flops, unique, rlaw, note)
+    data_limit = constrained.data_limited(args.flops, unique, rlaw, note, plain=law)
     law = laws_repeat.DataLimitedLaw(rlaw, unique)
   rec, rec_note = recipe_lib.law_recipe(args.law)
   vocab = args.vocab_size or recipe_lib.vocab_size(rec) or law_units.BYTES_VOCAB_SIZE

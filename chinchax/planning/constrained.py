@@ -80,7 +80,10 @@ def repeat_law(spec, base: laws.ParametricLaw | None = None) -> tuple[lr.RepeatL
       form_base = base
     law = lr.law_from_block(block, form_base, form)
     params = ", ".join(f"{k} = {v:.4g}" for k, v in law.params().items() if v is not None)
-    return law, f"repetition terms fitted in {spec} ({form} form: {params})"
+    loose = [k for k, ok in (block[form].get("identified") or {}).items() if not ok]
+    caveat = (f"; the fit did not identify {', '.join(loose)} (interval at its box's end): "
+              f"a rough guide" if loose else "")
+    return law, f"repetition terms fitted in {spec} ({form} form: {params}{caveat})"
   law = lr.MuennighoffLaw(base=base, R_D_star=lr.MUENNIGHOFF_R_D_STAR,
                           R_N_star=lr.MUENNIGHOFF_R_N_STAR, name="muennighoff-published")
   return law, (f"no fitted repetition terms in --law {base.name}: uses Muennighoff et al. 2023's "
@@ -89,24 +92,28 @@ def repeat_law(spec, base: laws.ParametricLaw | None = None) -> tuple[lr.RepeatL
                f"own base law, not this one)")
 
 
-def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str) -> dict:
+def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str,
+                 plain: laws.ParametricLaw | None = None) -> dict:
   """The data-constrained optimum beside the unconstrained one.
 
   Args:
     C: FLOPs (> 0).
     U: unique tokens (> 0).
     law: the repetition law; note: where its terms come from.
+    plain: the law of the unconstrained answer (what ``--law`` plans without a limit);
+      None: ``law``'s base.
 
   Returns:
     {"unique_tokens", "form", "note", "constrained": {N, D, epochs, loss},
     "unconstrained": {N, D, epochs (its D / U), loss (fresh data), loss_with_limit (the
     same N, D trained on U unique tokens)}, "loss_lost": constrained loss − unconstrained
-    loss, nats/token (>= 0)}.
+    loss, nats/token (>= 0 when ``plain`` is ``law``'s base).
   """
   dl = lr.DataLimitedLaw(law, U)
-  n_u, d_u = law.base.optimal_allocation(C)
+  plain = plain or law.base
+  n_u, d_u = plain.optimal_allocation(C)
   n_c, d_c = dl.optimal_allocation(C)
-  loss_u, loss_c = float(law.base.loss(n_u, d_u)), float(dl.loss(n_c, d_c))
+  loss_u, loss_c = float(plain.loss(n_u, d_u)), float(dl.loss(n_c, d_c))
   return {"unique_tokens": U, "form": law.form, "note": note,
           "constrained": {"N": n_c, "D": d_c, "epochs": d_c / U, "loss": loss_c},
           "unconstrained": {"N": n_u, "D": d_u, "epochs": d_u / U, "loss": loss_u,
