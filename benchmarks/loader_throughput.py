@@ -15,14 +15,17 @@ at least ``--seconds`` of distinct steps) for these read paths:
 * ``store, after``: the default (``reader="auto"``: memory-mapped raw chunk files, all of a
   batch's windows read in one call); ``+ iterator``: the same through the training loop's
   :meth:`TrainBatches.iterator` (2 threads reading batches ahead).
+* ``store, ranged``: ``reader="ranged"``, byte-range reads of the raw chunk files through
+  tensorstore's kvstore, a batch's reads issued together (what a large gs:// split gets).
 * ``store, tensorstore batched``: ``reader="tensorstore"`` with its 256 MB cache pool and one
-  ``ts.Batch`` per batch (what a gs:// store uses), on the local store.
+  ``ts.Batch`` per batch, on the local store.
 * ``in memory``: the split held in RAM (``reader="memory"``), batched: the ceiling.
-* ``gs:// before / after``: a ``--gcs-mb`` MB store uploaded to a local fake-gcs-server
-  (tests/gcs_server.py; objects on this machine's disk, so this measures the client stack and
-  HTTP round trips, not a bucket's bandwidth); ``after`` reads through tensorstore, batched, with
-  the 256 MB cache (what a gs:// split above 2^28 tokens gets; a smaller one is held in memory):
-  ``cold`` is one batch on a fresh cache, ``warm`` once the cache holds the (small) store.
+* ``gs://``: a ``--gcs-mb`` MB store uploaded to a local fake-gcs-server (tests/gcs_server.py;
+  objects on this machine's disk, so this measures the client stack and HTTP round trips, not
+  a bucket's bandwidth): ``before`` as above; ``after``: ranged reads (``auto`` for a gs://
+  split above 2^28 tokens; a smaller one is held in memory); ``tensorstore batched``: whole
+  chunks through the 256 MB cache, ``cold`` one batch on a fresh cache, ``warm`` once the cache
+  holds the (small) store — a store larger than the cache stays near ``cold``.
 
 The local store's files are in the page cache (just built, or read by the first rows). Ratios
 are measured in one run: on a shared host the absolute figures move with the load.
@@ -76,8 +79,8 @@ def make_corpus(directory: pathlib.Path, mb: float, seed: int = 0, big_doc_mb: f
     total += len(doc)
     k += 1
   if big_doc_mb:
-    lines = [pool[i] for i in rng.integers(0, len(pool) - 1, int(big_doc_mb * 1e6) // 60 + 1)]
-    doc = b"\n".join(lines) + b"\n"
+    lines = [pool[i] for i in rng.integers(0, len(pool) - 1, int(big_doc_mb * 1e6) // 40 + 1)]
+    doc = b"\n".join(lines)[:int(big_doc_mb * 1e6) - 1] + b"\n"
     (directory / "big.txt").write_bytes(doc)
     total += len(doc)
   return total
@@ -89,92 +92,90 @@ def build_store(corpus: pathlib.Path, root: pathlib.Path) -> pathlib.Path:
   return builder.build(src, tokenizers.ByteTokenizer(), str(root), 0.01, workers=2)
 
 
-def rate(batches, fetch, seconds: float, repeats: int, rows: int, seq_len: int,
-         first_step: int = 0) -> list[float]:
-  """tokens/s of ``fetch(step)`` over ``repeats`` timed runs of distinct steps."""
-  out, step = [], first_step
-  for _ in range(repeats):
-    t, n = time.perf_counter(), 0
-    while True:
-      fetch(step)
-      step, n = step + 1, n + 1
-      if time.perf_counter() - t >= seconds or step >= batches.plan.steps:
-        break
-    out.append(n * rows * seq_len / (time.perf_counter() - t))
-  return out
+def _timed(fetch, steps, seconds: float, tokens_per_batch: int) -> float:
+  """tokens/s of ``fetch(step)`` over successive ``steps`` until ``seconds`` have passed (at
+  least one batch)."""
+  t, n = time.perf_counter(), 0
+  for step in steps:
+    fetch(step)
+    n += 1
+    if time.perf_counter() - t >= seconds:
+      break
+  return n * tokens_per_batch / (time.perf_counter() - t)
 
 
-def _iterate(batches, seconds: float, repeats: int, rows: int, seq_len: int) -> list[float]:
-  out = []
-  for r in range(repeats):
-    it = batches.iterator(r * batches.plan.steps // repeats, num_threads=2, prefetch=4)
-    t, n = time.perf_counter(), 0
-    for _step, _b in it:
-      n += 1
-      if time.perf_counter() - t >= seconds:
-        break
-    it.close()
-    out.append(n * rows * seq_len / (time.perf_counter() - t))
-  return out
+def _paths(store, gcs_store):
+  """(name, open the split, how: rowwise | batch | iterator | cold, seconds factor) per row."""
+  from chinchax.data import store as store_lib
 
+  def split(where, **kw):
+    opened = store_lib.TokenSplit(where, "train", **kw)
+    return lambda: opened
 
-def _cold(open_split, rows: int, seq_len: int, repeats: int) -> list[float]:
-  from chinchax.data import pipeline
-  out = []
-  for r in range(repeats):
-    split = open_split()
-    tb = pipeline.TrainBatches(split, seq_len, rows, steps=1, seed=r)
-    t = time.perf_counter()
-    tb.batch(0)
-    out.append(rows * seq_len / (time.perf_counter() - t))
-  return out
-
-
-def table(store: pathlib.Path, args, gcs_store: str | None) -> list[tuple]:
-  from chinchax.data import pipeline, store as store_lib
-  rows_out = []
-
-  def measure(name, split, fetch_kind, **kw):
-    cells = []
-    for rows, seq_len in SHAPES:
-      if fetch_kind == "cold":  # a fresh split (empty cache) per timed batch
-        cells.append(_cold(split, rows, seq_len, args.repeats))
-        continue
-      steps = (split.n_tokens - 1) // seq_len // rows
-      tb = pipeline.TrainBatches(split, seq_len, rows, steps=steps, seed=0)
-      if fetch_kind == "iterator":
-        r = _iterate(tb, args.seconds, args.repeats, rows, seq_len)
-      else:
-        fetch = tb.batch_rowwise if fetch_kind == "rowwise" else tb.batch
-        r = rate(tb, fetch, kw.get("seconds", args.seconds), args.repeats, rows, seq_len,
-                 kw.get("first_step", 0))
-      cells.append(r)
-    rows_out.append((name, cells))
-    print(f"  {name:34s} " + "  ".join(f"{statistics.median(c) / 1e6:8.2f}" for c in cells),
-          flush=True)
-
-  print(f"{'M tokens/s (median of %d)' % args.repeats:36s} " +
-        "  ".join(f"{r}x{t:>5d}" for r, t in SHAPES))
-  old = store_lib.TokenSplit(store, "train", reader="tensorstore", cache_mb=0)
-  measure("store, before (rowwise, no cache)", old, "rowwise")
-  new = store_lib.TokenSplit(store, "train")
-  measure(f"store, after ({new.reader.kind}, batched)", new, "batch")
-  measure(f"store, after + iterator (2 threads)", new, "iterator")
-  tsb = store_lib.TokenSplit(store, "train", reader="tensorstore")
-  measure("store, tensorstore batched, cache", tsb, "batch")
-  mem = store_lib.TokenSplit(store, "train", reader="memory")
-  measure("in memory (batched)", mem, "batch")
-  measure("in memory (rowwise)", mem, "rowwise")
+  rows = [
+      ("store, before (rowwise, no cache)",
+       split(store, reader="tensorstore", cache_mb=0), "rowwise", 1),
+      ("store, after (auto = mmap, batched)", split(store), "batch", 1),
+      ("store, after + iterator (2 threads)", split(store), "iterator", 1),
+      ("store, ranged, batched", split(store, reader="ranged"), "batch", 1),
+      ("store, tensorstore batched, cache", split(store, reader="tensorstore"), "batch", 1),
+      ("in memory (batched)", split(store, reader="memory"), "batch", 1),
+  ]
   if gcs_store:
-    g_old = store_lib.TokenSplit(gcs_store, "train", reader="tensorstore", cache_mb=0)
-    measure("gs://, before (rowwise, no cache)", g_old, "rowwise", seconds=0)
-    # A split above 2^28 tokens is read through tensorstore on gs://; a smaller one is held in
-    # memory (the "in memory" row).
-    g_new = store_lib.TokenSplit(gcs_store, "train", reader="tensorstore")
-    measure("gs://, after, cold (tensorstore)",
-            lambda: store_lib.TokenSplit(gcs_store, "train", reader="tensorstore"), "cold")
-    measure("gs://, after, warm", g_new, "batch", first_step=args.repeats)
-  return rows_out
+    rows += [
+        ("gs://, before (rowwise, no cache)",
+         split(gcs_store, reader="tensorstore", cache_mb=0), "rowwise", 0),
+        ("gs://, after (ranged, batched)", split(gcs_store, reader="ranged"), "batch", 1),
+        ("gs://, tensorstore batched, cold",
+         lambda: store_lib.TokenSplit(gcs_store, "train", reader="tensorstore"), "cold", 0),
+        ("gs://, tensorstore batched, warm",
+         split(gcs_store, reader="tensorstore"), "batch", 1),
+    ]
+  return rows
+
+
+def table(store: pathlib.Path, args, gcs_store: str | None) -> dict:
+  """Times every read path for both shapes; the repeats go round all paths in turn, so a
+  change in the host's load falls on every path alike. Returns {(name, shape): [tokens/s]}."""
+  from chinchax.data import pipeline
+  paths = _paths(store, gcs_store)
+  results = {}
+  for rows, seq_len in SHAPES:
+    tokens = rows * seq_len
+    made = {}
+    for name, open_split, how, _ in paths:
+      if how != "cold":
+        split = open_split()
+        made[name] = pipeline.TrainBatches(split, seq_len, rows,
+                                           steps=(split.n_tokens - 1) // seq_len // rows, seed=0)
+    for r in range(args.repeats):
+      for name, open_split, how, factor in paths:
+        seconds = args.seconds * factor
+        if how == "cold":  # a fresh split (empty cache) per timed batch
+          tb = pipeline.TrainBatches(open_split(), seq_len, rows, steps=1, seed=r)
+          value = _timed(tb.batch, [0], 0, tokens)
+        elif how == "iterator":
+          tb = made[name]
+          first = r * tb.plan.steps // args.repeats
+          it = tb.iterator(first, num_threads=2, prefetch=4)
+          value = _timed(lambda _: next(it), range(first, tb.plan.steps), seconds, tokens)
+          it.close()
+        else:
+          tb = made[name]
+          first = r * tb.plan.steps // args.repeats  # distinct steps per repeat
+          fetch = tb.batch_rowwise if how == "rowwise" else tb.batch
+          value = _timed(fetch, range(first, tb.plan.steps), seconds, tokens)
+        results.setdefault((name, (rows, seq_len)), []).append(value)
+  memory = {shape: statistics.median(results[("in memory (batched)", shape)]) for shape in SHAPES}
+  print(f"{'M tokens/s, median of %d (share of in memory)' % args.repeats:44s}"
+        + "".join(f"{f'{r}x{t}':>20s}" for r, t in SHAPES))
+  for name, *_ in paths:
+    cells = []
+    for shape in SHAPES:
+      m = statistics.median(results[(name, shape)])
+      cells.append(f"{m / 1e6:10.2f} ({100 * m / memory[shape]:5.1f}%)")
+    print(f"  {name:42s}" + "".join(f"{c:>20s}" for c in cells), flush=True)
+  return results
 
 
 def main() -> None:
