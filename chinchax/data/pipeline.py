@@ -9,6 +9,12 @@ element j of that sequence. The batch of step s is samples
 [s·B, (s+1)·B) with B = global_batch_size; a process that holds rows
 [r0, r1) of each global batch reads only those samples. Nothing depends on
 how many processes read, or on what was read before: a resume needs only the step.
+
+The windows of a batch are read together (:meth:`TokenSplit.read_windows`, see
+:mod:`chinchax.data.reader`), and :meth:`TrainBatches.iterator` reads the next
+batches on background threads while a step runs; neither changes which tokens
+a batch holds (:meth:`TrainBatches.batch_rowwise` is the window-by-window
+reference).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A training batch is B windows of ``seq_len + 1`` tokens at scattered offsets.
 Read one at a time through tensorstore, each window costs a whole chunk read
 (1M tokens: 2 MB of uint16), so the rate is about 3,500 windows/s whatever
-their length. Three readers answer :meth:`read_windows` (all windows of a
+their length. Four readers answer :meth:`read_windows` (all windows of a
 batch at once, int [n, length]) instead:
 
 * :class:`MemoryReader` — the split held in this process's RAM.
@@ -12,10 +12,13 @@ batch at once, int [n, length]) instead:
   chunk file is memory-mapped once and a window is a slice of it, so a window
   costs a memory copy, and the page cache is shared by every process of the
   host. Chunks never written (all fill value) read as the fill value.
-* :class:`TensorstoreReader` — any other array, and every ``gs://`` store:
-  all of a batch's window reads issued at once in one ``ts.Batch`` (reads of
-  the same chunk coalesced, distinct chunks fetched concurrently) through a
-  tensorstore context with a cache pool of ``cache_bytes``.
+* :class:`RangeReader` — the same layout on any kvstore (``gs://`` above all):
+  each window is one or two byte-range reads of its own bytes, all of a
+  batch's reads issued together in one ``ts.Batch``.
+* :class:`TensorstoreReader` — any other array: whole chunks through
+  tensorstore, all of a batch's window reads issued at once in one
+  ``ts.Batch`` (reads of the same chunk coalesced, distinct chunks fetched
+  concurrently), through a context with a cache pool (:func:`cache_context`).
 
 Every reader returns exactly the stored tokens, so the batch of a step does not
 depend on which one read it.
