@@ -201,7 +201,8 @@ def markdown(block: dict) -> list[str]:
            f"{inp['n_repeated']} of {inp['n_runs']} runs repeat data (up to "
            f"{inp['max_epochs']:.3g} epochs) over {len(inp['unique_sizes'])} unique sizes; base "
            f"law: {block['base']['fitted_on']}.", "",
-           "| form | parameters (95% CI) | identified | LOO-U RMS rel. error | in-sample RMS ln L |",
+           "| form | parameters (95% CI) | identified | LOO-U RMS rel. error "
+           "| in-sample RMS ln L |",
            "|---|---|---|---|---|"]
   for form in lr.FORMS:
     d = block.get(form)

@@ -69,7 +69,8 @@ def _out(x: np.ndarray):
 
 
 def repetitions(D, U):
-  """R = max(D / U − 1, 0): repetitions past the first epoch (D tokens over U unique; arrays broadcast)."""
+  """R = max(D / U − 1, 0): repetitions past the first epoch (D tokens over U unique tokens;
+  scalars or arrays, broadcast)."""
   return _out(np.maximum(_arr(D) / _arr(U) - 1.0, 0.0))
 
 
