@@ -18,6 +18,7 @@ from chinchax import laws
 from chinchax import laws_repeat as lr
 from analysis import approach3
 from analysis import fit_repeat as fr
+from analysis import pipeline
 from analysis import repeat_report as rr
 from analysis.runs import runs_from_arrays
 
@@ -111,17 +112,36 @@ def test_fit_recovers_known_parameters(form, truth):
   assert np.max(np.abs(pred / true - 1)) < 0.005
 
 
-def test_report_bootstrap_leave_one_out_and_block(tmp_path):
+def _write_table(path, runs, held):
+  with open(path, "w") as f:
+    for i in range(len(runs)):
+      u = runs.unique_tokens[i]
+      row = {"run_id": runs.run_id[i], "status": "done", "N": float(runs.N[i]),
+             "D": float(runs.D[i]), "final_eval_loss": float(runs.loss[i])}
+      if np.isfinite(u):
+        row["unique_tokens"] = float(u)
+      f.write(json.dumps(row) + "\n")
+    f.write(json.dumps({**held, "status": "done", "role": "validation"}) + "\n")
+
+
+def test_chinchax_fit_writes_the_repeat_block(tmp_path):
+  """End to end through ``chinchax fit``'s function: Approach 3 on the single-epoch rows, both
+  forms on all, the block, its fit.md section and figure, the validation run."""
   truth = lr.OverfitLaw(base=TRUE_BASE, P=0.1)
   runs = _runs(truth, seed=1)
   held = {"run_id": "val", "N": 2e6, "D": 12 * 3e7, "unique_tokens": 3e7,
           "final_eval_loss": float(truth.loss(2e6, 12 * 3e7, 3e7))}
-  runs = dataclasses.replace(runs, held_out=(held,))
-  rep = rr.fit_repeat(runs, _base(runs), n_bootstrap=8, seed=0)
-  assert rep.better == "overfit"
-  block = json.loads(json.dumps(rep.to_dict()))   # JSON-ready
+  _write_table(tmp_path / "results.jsonl", runs, held)
+  report = pipeline.fit_results(
+      tmp_path / "results.jsonl", tmp_path / "fit", approach="3", n_bootstrap=8, min_budgets=1,
+      compare=["epoch"], grid="logA=0:20:5,logB=0:20:5,logE=-1:1:3,alpha=0.25:1:3,beta=0.25:1:3")
+  assert len(report.runs) == 21      # Approach 3 saw the 15 + 6 rows of one epoch or less
+  data = json.loads((tmp_path / "fit" / "fit.json").read_text())
+  block = data["repeat"]
+  assert block["form"] == "overfit" and block["input"]["n_repeated"] == 30
   lo, hi = block["overfit"]["ci"]["P"]
   assert lo <= block["overfit"]["params"]["P"] <= hi
+  assert block["overfit"]["params"]["P"] == pytest.approx(0.1, rel=0.1)
   loo = block["overfit"]["leave_one_unique_out"]
   assert [f["unique_tokens"] for f in loo["folds"]] == [5e6, 2e7, 8e7]
   assert all(f["n_runs"] == 10 for f in loo["folds"])  # 2 sizes × 5 epoch counts past 1
@@ -134,10 +154,9 @@ def test_report_bootstrap_leave_one_out_and_block(tmp_path):
   for k, p in v["predictions"].items():
     assert again["predictions"][k]["predicted_loss"] == pytest.approx(p["predicted_loss"],
                                                                       rel=1e-12)
-  assert "Data-constrained runs" in "\n".join(rr.markdown(block))
-  paths = rr.plot_repeat(rep, str(tmp_path))
-  assert [p.rsplit(".", 1)[1] for p in paths] == ["png", "svg"]
-  assert (tmp_path / "repeat.png").stat().st_size > 1000
+  assert "## Data-constrained runs" in (tmp_path / "fit" / "fit.md").read_text()
+  assert (tmp_path / "fit" / "repeat.png").stat().st_size > 1000
+  assert "repeat.svg" in data["figures"]
 
 
 def test_block_loads_back_as_law():
