@@ -235,7 +235,8 @@ def markdown(block: dict) -> list[str]:
 
 def plot_repeat(report: RepeatReport, out_dir: str) -> list[str]:
   """``repeat``: loss vs epochs per unique size (colour) with both forms' curves at each
-  (U, N) of the runs (solid: Muennighoff, dashed: additive). Returns the PNG and SVG paths."""
+  (U, N) of the runs (solid: Muennighoff, dashed: additive), and the validation run (red star)
+  with each form's prediction. Returns the PNG and SVG paths."""
   r = report.rows
   sizes = np.unique(r.U[r.repeated])  # the unique sizes some run repeats
   cmap = plt.get_cmap("viridis")
@@ -250,6 +251,16 @@ def plot_repeat(report: RepeatReport, out_dir: str) -> list[str]:
       e = np.geomspace(min(float(r.epochs[m & (r.N == N)].min()), 1.0), e_max * 1.2, 60)
       for form, f in report.forms.items():
         ax.plot(e, f["law"].loss(N, e * U, U), _FORM_STYLES[form], color=color, lw=1, alpha=0.8)
+  for v in report.validation:  # the held-out run: measured (star) and each law's prediction
+    if not v.get("epochs"):
+      continue
+    ax.scatter([v["epochs"]], [v["measured_loss"]], marker="*", s=140, color="tab:red",
+               zorder=4, label=f"validation run (U = {v['unique_tokens']:.3g}), measured")
+    for form, mark in (("muennighoff", "x"), ("overfit", "+")):
+      p = v["predictions"].get(form)
+      if p:
+        ax.scatter([v["epochs"]], [p["predicted_loss"]], marker=mark, s=80, color="tab:red",
+                   zorder=4, label=f"validation run, {form} prediction")
   for form in report.forms:
     ax.plot([], [], _FORM_STYLES[form], color="gray", label=_FORM_TITLES[form])
   ax.set_xscale("log")
