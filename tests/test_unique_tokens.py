@@ -159,11 +159,13 @@ def test_cli_prints_one_error_line(small_corpus, store_root, tmp_path):
 def _repeat_ladder(tmp_path, small_corpus, store_root):
   c = config_lib.get_ladder_variant("repeat_tiny")
   c.workdir = str(tmp_path / "ladder")
-  c.ladder.update(c_min=4e8, c_max=4e8, n_budgets=1, sizes_per_budget=3, bootstrap=5)
+  c.ladder.update(c_min=2e8, c_max=2e8, n_budgets=1, sizes_per_budget=3, bootstrap=5)
   d = c.train_config.data
   d.update(source="files", paths=str(small_corpus / "*.txt"), store_root=str(store_root),
            val_fraction=0.1)
   c.train_config.train.peak_flops_per_device = 1e9  # skip the CPU calibration
+  # The final eval only, on 16 windows, and one checkpoint a run: less to compile and to write.
+  c.train_config.train.update(eval_points=0, eval_windows=16, checkpoint_every=1000)
   return c
 
 
@@ -172,7 +174,7 @@ def test_repeat_ladder_rows_carry_unique_tokens_and_epochs(tmp_path, small_corpu
   c.ladder.update(unique_tokens="5000", validate_unique_tokens=0)  # 3 runs, then the whole split
   path = ladder.run_ladder(c)
   rows = {r["run_id"]: r for r in map(json.loads, path.read_text().splitlines())}
-  assert len(rows) == 3 and all(i.startswith("U5000_C4.00e+08_N") for i in rows)
+  assert len(rows) == 3 and all(i.startswith("U5000_C2.00e+08_N") for i in rows)
   directory, split = _train_split(c.train_config)
   U = unique_lib.prefix_tokens(unique_lib.document_ends(directory, split.n_tokens),
                                split.n_tokens, 5000)
@@ -184,7 +186,7 @@ def test_repeat_ladder_rows_carry_unique_tokens_and_epochs(tmp_path, small_corpu
   # The validation run is fixed by the config: it trains without any fit.
   plan = ladder.prepare(c, check_data=False, write=False)
   row = ladder.run_validation(plan, tmp_path / "no-fit.json")
-  assert row["role"] == "validation" and row["run_id"].startswith("VC6.00e+08_N")
+  assert row["role"] == "validation" and row["run_id"].startswith("VC3.00e+08_N")
   assert (row["unique_tokens"], row["repeated_tokens"]) == (split.n_tokens, 0)
   assert row["epochs"] == pytest.approx(row["D"] / split.n_tokens)
 
@@ -192,7 +194,7 @@ def test_repeat_ladder_rows_carry_unique_tokens_and_epochs(tmp_path, small_corpu
 def test_repeat_ladder_refuses_a_prefix_it_cannot_train(tmp_path, small_corpus, store_root):
   c = _repeat_ladder(tmp_path, small_corpus, store_root)
   c.ladder.unique_tokens = "0,10000000"
-  with pytest.raises(sources_lib.DataError, match=r"^run U10000000_C4\.00e\+08_N\d+ .*exceeds"):
+  with pytest.raises(sources_lib.DataError, match=r"^run U10000000_C2\.00e\+08_N\d+ .*exceeds"):
     ladder.prepare(c)
   c.ladder.unique_tokens = "0,5000"
   c.train_config.data.allow_repeat = False
