@@ -1,14 +1,16 @@
-"""A unique-data budget: training reads epochs over a prefix of whole documents of its split.
+"""A unique-data budget: training reads epochs over a fixed set of whole documents of its split.
 
 ``data.unique_tokens`` = U > 0 keeps the first documents of the training split
-whose tokens (each document's ids and its EOS, as the store lays them out)
-add up to U, rounded to the nearest document boundary (the store records each
-document's start, ``train_docs.npy``), at least one document. The validation
-split is untouched. The windows of the prefix are those of
-:class:`chinchax.data.pipeline.WindowSource` over its tokens only, so none
-reaches past it; each epoch is a fresh seeded permutation of them (grain's
-shuffle, reseeded per epoch), and the batch of a step stays a pure function of
-(seed, step).
+(``data.unique_order=store``: a prefix; ``shuffled``: the first of a seeded
+document permutation, a uniform sample) whose tokens (each document's ids and
+its EOS, as the store lays them out) add up to U, rounded to the nearest
+document boundary (the store records each document's start,
+``train_docs.npy``), at least one document. The validation split is
+untouched. The kept documents are read as one token sequence
+(:class:`DocumentsView`), cut into the windows of
+:class:`chinchax.data.pipeline.WindowSource`, none reaching past it; each
+epoch is a fresh seeded permutation of them (grain's shuffle, reseeded per
+epoch), and the batch of a step stays a pure function of (seed, step).
 
 A run records ``unique_tokens`` (U after rounding; the whole split's tokens
 when ``data.unique_tokens`` = 0), ``epochs`` = tokens trained / U and
