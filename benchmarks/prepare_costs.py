@@ -15,8 +15,9 @@ here on 2 MB of the same text; ``tokenizer=hf``, 1 worker): the peak RSS of enco
 document.
 
 ``--code DIR`` runs the subprocesses on another checkout's ``chinchax`` package (e.g. one
-exported with ``git archive <commit> chinchax | tar -x -C DIR``), for a before/after
-comparison on the same corpus in the same run.
+exported with ``git archive <commit> chinchax | tar -x -C DIR``); given twice (``--code OLD
+--code .``) the checkouts take turns at every measurement, for a before/after comparison on
+the same corpus under the same load.
 """
 
 from __future__ import annotations
@@ -101,35 +102,43 @@ def main() -> None:
   ap.add_argument("--mb", type=float, default=300, help="corpus MB (bytes tokenizer)")
   ap.add_argument("--big-doc-mb", type=float, default=32, help="the one-document BPE build (0: skip)")
   ap.add_argument("--workers", type=int, default=2)
-  ap.add_argument("--code", default=str(REPO), help="checkout whose chinchax package builds")
+  ap.add_argument("--code", action="append", default=[],
+                  help="checkout whose chinchax package builds (repeatable: the checkouts take "
+                       "turns at every measurement; default this repository)")
   ap.add_argument("--keep", action="store_true")
   args = ap.parse_args()
   import loader_throughput
   work = pathlib.Path(tempfile.mkdtemp(prefix="chinchax-prepare-bench-"))
-  code = pathlib.Path(args.code)
+  codes = [pathlib.Path(c).resolve() for c in args.code] or [REPO]
   try:
     n = loader_throughput.make_corpus(work / "corpus", args.mb)
-    print(f"corpus {n / 1e6:.0f} MB, code {code}")
-    first = run_build(code, work / "corpus", work / "stores", "bytes", args.workers)
-    t = first["timings"]
-    print(f"build       wall {first['wall_s']:.1f} s (scan {t['scan_s']:.1f}, tokenize "
-          f"{t['tokenize_s']:.1f}, assemble {t['assemble_s']:.1f}); store {first['store_mb']:.0f} MB, "
-          f"peak disk {first['peak_disk_mb']:.0f} MB = {first['peak_disk_mb'] / first['store_mb']:.2f}x "
-          f"the store; peak RSS {first['rss_mb']:.0f} MB (workers {first['children_rss_mb']:.0f} MB)")
-    starts = sorted(run_build(code, work / "corpus", work / "stores", "bytes", args.workers)["wall_s"]
-                    for _ in range(3))
-    print(f"existing    start-up {starts[1]:.3f} s, median of 3 ({starts[1] / n * 1e9:.3f} s per GB "
-          f"of corpus; source listing + scan + store lookup, after the imports)")
+    print(f"corpus {n / 1e6:.0f} MB")
+    for k, code in enumerate(codes):
+      first = run_build(code, work / "corpus", work / f"stores{k}", "bytes", args.workers)
+      t = first["timings"]
+      print(f"{code}\n  build     wall {first['wall_s']:.1f} s (scan {t['scan_s']:.1f}, tokenize "
+            f"{t['tokenize_s']:.1f}, assemble {t['assemble_s']:.1f}); store {first['store_mb']:.0f} "
+            f"MB, peak disk {first['peak_disk_mb']:.0f} MB = "
+            f"{first['peak_disk_mb'] / first['store_mb']:.2f}x the store; peak RSS "
+            f"{first['rss_mb']:.0f} MB (workers {first['children_rss_mb']:.0f} MB)", flush=True)
+    starts = {k: [] for k in range(len(codes))}
+    for _ in range(3):
+      for k, code in enumerate(codes):
+        starts[k].append(run_build(code, work / "corpus", work / f"stores{k}", "bytes",
+                                   args.workers)["wall_s"])
+    for k, code in enumerate(codes):
+      s = sorted(starts[k])[1]
+      print(f"{code}\n  existing  start-up {s:.3f} s, median of 3 ({s / n * 1e9:.3f} s per GB of "
+            f"corpus; source listing + scan + store lookup, after the imports)")
     if args.big_doc_mb:
       big = work / "big"
-      loader_throughput.make_corpus(big, 0, seed=2, big_doc_mb=args.big_doc_mb)
-      for f in big.glob("doc*.txt"):
-        f.unlink()
+      size = loader_throughput.make_corpus(big, 0, seed=2, big_doc_mb=args.big_doc_mb)
       tok = work / "bpe1000.json"
       _train_small_bpe(work / "corpus", tok)
-      res = run_build(code, big, work / "big_stores", str(tok), 1)
-      print(f"big doc     one {args.big_doc_mb:g} MB document, BPE 1000: wall {res['wall_s']:.1f} s, "
-            f"peak RSS {res['rss_mb']:.0f} MB ({res['rss_mb'] / args.big_doc_mb:.0f} bytes per byte)")
+      for k, code in enumerate(codes):
+        res = run_build(code, big, work / f"big_stores{k}", str(tok), 1)
+        print(f"{code}\n  big doc   one {size / 1e6:.1f} MB document, BPE 1000: wall "
+              f"{res['wall_s']:.1f} s, peak RSS {res['rss_mb']:.0f} MB", flush=True)
   finally:
     if args.keep:
       print(f"kept {work}")
