@@ -174,7 +174,7 @@ def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say) -> object:
   try:
     rep = repeat_report.fit_repeat(runs, a3.law if a3 is not None else None,
                                    n_bootstrap=n_bootstrap, seed=seed, log=say)
-  except (FitError, ApproachUnsupported) as e:
+  except (FitError, ApproachUnsupported, ValueError, FloatingPointError) as e:
     say(f"repeat: not fitted: {e}")
     return {"status": "skipped", "reason": str(e)}
   say(f"repeat: {rep.verdict}")
