@@ -47,7 +47,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
                 huber_delta: float = HUBER_DELTA, loss: str = "huber", asymmetry: float = 2.0,
                 grid: str | np.ndarray | None = None,
                 bootstrap_method: str = DEFAULT_METHOD,
-                envelope: str = "quadratic") -> FitReport:
+                envelope: str = "quadratic", repeat_base: laws.ParametricLaw | None = None,
+                repeat_base_from: str = "") -> FitReport:
   """Fits a results table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
 
   Args:
@@ -87,6 +88,9 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       :func:`analysis.bootstrap.bootstrap`.
     envelope: Approach 1's reading of the envelope, "quadratic" or "argmin"
       (:func:`analysis.approach1.fit_approach1`).
+    repeat_base: a table whose runs repeat data: the single-epoch law of the repetition
+      fits (:mod:`analysis.repeat_report`); None: the table's own Approach 3.
+    repeat_base_from: where ``repeat_base`` comes from, in words.
 
   Returns:
     The :class:`~analysis.fit.FitReport`.
@@ -135,7 +139,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     raise FitError("no approach could be fitted: " + "; ".join(
         f"approach {k}: {v}" for k, v in report.skipped.items()))
   if all_runs is not runs:
-    report.repeat = _fit_repeat(all_runs, report, n_bootstrap, seed, say)
+    report.repeat = _fit_repeat(all_runs, report, n_bootstrap, seed, say, repeat_base,
+                                repeat_base_from)
   with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded once everything is written
     figure_paths = plots.make_figures(report, local_out, compare_laws) if figures else []
     json_path, md_path = reportlib.write_report(report, local_out, compare_laws, figure_paths)
@@ -167,13 +172,19 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   return report
 
 
-def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say) -> object:
+def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say, base=None,
+                base_from: str = "") -> object:
   """The repetition fits of a table whose runs repeat data (analysis.repeat_report), with
-  Approach 3's law as the base when it was fitted; {"status": "skipped"} when they fail."""
+  ``base`` as the single-epoch law, else Approach 3's when it was fitted; {"status":
+  "skipped"} when they fail."""
   a3 = report.results.get("3")
+  if base is None and a3 is not None:
+    base = a3.law
+    base_from = (f"this fit's Approach 3 (on the {len(report.runs)} runs of one epoch or "
+                 f"less)")
   try:
-    rep = repeat_report.fit_repeat(runs, a3.law if a3 is not None else None,
-                                   n_bootstrap=n_bootstrap, seed=seed, log=say)
+    rep = repeat_report.fit_repeat(runs, base, n_bootstrap=n_bootstrap, seed=seed, log=say,
+                                   base_from=base_from or "given")
   except (FitError, ApproachUnsupported, ValueError, FloatingPointError) as e:
     say(f"repeat: not fitted: {e}")
     return {"status": "skipped", "reason": str(e)}

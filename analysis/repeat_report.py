@@ -96,7 +96,8 @@ def _identified(value: float, ci) -> bool:
 
 
 def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstrap: int = 200,
-               seed: int = 0, log: Callable[[str], None] | None = None) -> RepeatReport:
+               seed: int = 0, log: Callable[[str], None] | None = None,
+               base_from: str = "given") -> RepeatReport:
   """Fits both repetition forms to ``runs`` (module docstring; :mod:`analysis.fit_repeat`).
 
   Args:
@@ -105,6 +106,7 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
     n_bootstrap: bootstrap replicates per form (0: no intervals).
     seed: bootstrap seed.
     log: progress printer.
+    base_from: where a given ``base`` comes from, in words (fit.json's ``base.fitted_on``).
 
   Raises:
     FitError: no repeated run, or a form that cannot be fitted.
@@ -112,7 +114,6 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
   """
   say = log or (lambda msg: None)
   base_runs = fr.single_epoch(runs)
-  base_from = "given"
   if base is None:
     base = approach3.fit_approach3(base_runs).law
     base_from = f"Approach 3 on the {len(base_runs)} runs of one epoch or less"

@@ -176,3 +176,23 @@ def test_no_repeated_run_is_an_error():
   assert not fr.has_repetition(runs)
   with pytest.raises(fr.FitError, match="more than one epoch"):
     fr.fit_form("overfit", TRUE_BASE, fr.RepeatRows.from_runs(runs))
+
+
+def test_fit_law_flag_is_checked_before_fitting(tmp_path, capsys):
+  """``chinchax fit --law`` on an IsoFLOP table: only as the base of repetition fits, and only
+  a law with a loss; one error line each, nothing written."""
+  from chinchax import cli
+  truth = lr.OverfitLaw(base=TRUE_BASE, P=0.1)
+  runs = _runs(truth)
+  _write_table(tmp_path / "rep.jsonl", runs, {"run_id": "v", "N": 2e6, "D": 4e7,
+                                              "final_eval_loss": 3.0})
+  fresh = fr.single_epoch(runs).subset(np.arange(15))
+  _write_table(tmp_path / "fresh.jsonl", fresh, {"run_id": "v", "N": 2e6, "D": 4e7,
+                                                 "final_eval_loss": 3.0})
+  for table, law, want in (("fresh.jsonl", "epoch", "tables whose runs repeat data"),
+                           ("rep.jsonl", "chinchilla-approach1", "has no L(N, D)"),
+                           ("rep.jsonl", "no-such-law", "unknown law")):
+    rc = cli.main(["fit", str(tmp_path / table), "--law", law, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:") and want in err[0]
+  assert not (tmp_path / "o").exists()

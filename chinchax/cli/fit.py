@@ -16,6 +16,10 @@ vs deeper per time budget; its validation run is added when there is one.
 ``--law PATH`` takes L(N, D) from a FLOP ladder's fit.json instead of fitting
 it on the IsoTime runs.
 
+A table whose runs repeat data (D > unique_tokens) gets the repetition laws too
+(``analysis.repeat_report``: Approaches 1-3 on the runs of one epoch or less);
+there ``--law`` gives their single-epoch law instead of the table's Approach 3.
+
 Bad input, or an approach that the table cannot support when it was asked
 for explicitly, raises a ``UserError`` (``chinchax.cli.main``: one ``error:``
 line, exit 2).
@@ -31,13 +35,15 @@ import contextlib
 import sys
 from typing import Callable
 
+from analysis import fit_repeat
 from analysis import isotime
 from analysis import tuning
 from analysis.approach1 import APPROACH1_ENVELOPES
 from analysis.approach3 import HUBER_DELTA
 from analysis.approaches import LOSSES
 from analysis.bootstrap import DEFAULT_METHOD, METHODS, check_method
-from analysis.errors import FitOptionError
+from analysis.errors import FitOptionError, ResultsError
+from analysis.io import load_results
 from analysis.pipeline import DEFAULT_JOBS, default_out_dir, fit_results
 from chinchax import console
 from chinchax import diskfull
@@ -95,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "over it")
   p.add_argument("--law", default=None, metavar="PATH",
                  help="IsoTime tables: take L(N, D) from this fit JSON (e.g. a FLOP ladder's "
-                      "fit.json) instead of fitting Approach 3 on the IsoTime runs")
+                      "fit.json) instead of fitting Approach 3 on the IsoTime runs; tables whose "
+                      "runs repeat data: the repetition laws' single-epoch law (a fit JSON or "
+                      "published name) instead of the table's own Approach 3")
   p.add_argument("--no-figures", action="store_true", help="skip the figures")
   p.add_argument("--quiet", action="store_true", help="print only errors")
   return p
@@ -177,22 +185,42 @@ def main(argv: list[str] | None = None) -> int:
   if info is not None:
     _fit_isotime(args, info)
     return 0
-  if args.law:
-    raise FitOptionError("--law is for IsoTime tables (rows with budget_kind 'seconds'); an "
-                         "IsoFLOP table's law is fitted from the table")
+  base = _repeat_base(args) if args.law else None
   with disk_full_guard(args.out or default_out_dir(args.results)):
-    _fit_table(args)
+    _fit_table(args, base)
   return 0
 
 
-def _fit_table(args) -> None:
+def _repeat_base(args) -> laws.ParametricLaw:
+  """``--law`` on an IsoFLOP table: the single-epoch law of its repetition fits, allowed
+  only when some run repeats data (FitOptionError otherwise, or for a law without a loss)."""
+  try:
+    runs = load_results(args.results, min_budgets=1)
+  except ResultsError:
+    runs = None  # the fit itself says what is wrong with the table
+  if runs is None or not fit_repeat.has_repetition(runs):
+    raise FitOptionError("--law is for IsoTime tables (rows with budget_kind 'seconds') and "
+                         "tables whose runs repeat data (the repetition laws' single-epoch "
+                         "law); an IsoFLOP table's law is fitted from the table")
+  try:
+    law = laws.get_law(args.law)
+  except ValueError as e:
+    raise FitOptionError(f"--law: {e}") from None
+  if not isinstance(law, laws.ParametricLaw):
+    raise FitOptionError(f"--law {args.law!r} has no L(N, D) (Approach 1/2 only allocate); "
+                         f"the repetition laws need an Approach-3 law")
+  return law
+
+
+def _fit_table(args, repeat_base=None) -> None:
   fit_results(args.results, args.out, approach=args.approach, n_bootstrap=args.bootstrap,
               seed=args.seed, n_jobs=args.jobs, drop_highest_loss=args.drop_highest_loss,
               min_budgets=args.min_budgets, compare=args.compare, figures=not args.no_figures,
               log=None if args.quiet else console.say,
               warn=(lambda msg: None) if args.quiet else console.warn, window=args.window,
               huber_delta=args.huber_delta, loss=args.loss, asymmetry=args.asymmetry,
-              grid=args.grid, bootstrap_method=args.bootstrap_method, envelope=args.envelope)
+              grid=args.grid, bootstrap_method=args.bootstrap_method, envelope=args.envelope,
+              repeat_base=repeat_base, repeat_base_from=f"--law {args.law}" if args.law else "")
   if tuning.tuned_rows(tuning.read_rows(args.results)):  # a tuned ladder's table
     tuning.tuning_report(args.results, args.out or default_out_dir(args.results),
                          log=(lambda msg: None) if args.quiet else console.say)
