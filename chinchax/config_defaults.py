@@ -214,6 +214,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.validate = True               # after the fit, train a held-out run at validate_factor × c_max with the fitted law's N_opt; predicted vs measured loss in fit.json / fit.md
   l.validate_factor = 3.0         # the validation run's budget as a multiple of c_max (> 1: beyond the grid)
   l.bootstrap = 200               # bootstrap resamples for the fit's confidence intervals
+  l.fit_grid = ""                 # Approach 3's L-BFGS start grid, a `chinchax fit --grid` spec ("alpha=0:1:11,beta=0.2/0.5"; unnamed coordinates keep Chinchilla's values) | "" = the default grid of 4500+ starts
   l.progress = True               # ladder progress bar with ETA
   l.worker = False                # be one of many workers sharing workdir: claim runs until none is left, no grid listing, fit only if this worker settles the ladder
   l.workers = 2                   # local worker processes to start (each on one CPU device / its own accelerators); 1 = run in this process; ignored with worker=True (that process is one worker)

@@ -19,6 +19,7 @@ import sys
 
 import jax
 
+from analysis import approach3
 from analysis import isotime as isotime_fit
 from analysis import pipeline as fit_pipeline
 from analysis import tuning as tuning_report
@@ -95,7 +96,7 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
       isotime_fit.fit_isotime(table, out, flop_shape=shape, log=console.say, warn=console.warn)
     else:
       fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=console.say,
-                               warn=console.warn)
+                               warn=console.warn, grid=lc.fit_grid or None)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
     return
@@ -147,6 +148,11 @@ def main(argv: list[str]) -> int:
     return 0
   lc = config.ladder
   ladder_lib.validate_ladder(lc)
+  if lc.fit_grid:  # before any run trains, not at the fit
+    try:
+      approach3.parse_grid(lc.fit_grid)
+    except ValueError as e:
+      raise config_lib.ConfigError(f"ladder.fit_grid={lc.fit_grid!r}: {e}") from None
   config_lib.validate(config.train_config)
   paths_lib.check_writable_dir(config.workdir, "workdir")
   local_workers = lc.workers > 1 and not lc.worker
