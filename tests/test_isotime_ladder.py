@@ -62,10 +62,12 @@ def test_isotime_variant_grid_has_depths_at_equal_n_per_budget():
 def test_seconds_budget_is_a_fixed_step_count_a_resumed_run_keeps(tmp_path, small_corpus,
                                                                   store_root, monkeypatch):
   c = _config(tmp_path, small_corpus, store_root)
+  # 10 ms a step: the 1 s budget is ~100 steps (not ~500 at the default 2 ms intercept).
+  _step_time_file(tmp_path / "st.json", 1e-12, intercept_s=1e-2)
   plan = ladder.prepare(c, jax.devices()[:1])
   r = max(plan.runs, key=lambda x: x.seconds_budget)
   gbs = r.hparams.global_batch_size
-  t = 2e-3 + 1e-12 * work.step_flops(r.shape, gbs, profile=work.ExecutionProfile(4, True, False))
+  t = 1e-2 + 1e-12 * work.step_flops(r.shape, gbs, profile=work.ExecutionProfile(4, True, False))
   planned = isotime.time_plan(plan, r)
   assert planned["steps"] == math.floor(r.seconds_budget / t)
   assert planned["step_time_s"] == pytest.approx(t)
@@ -77,7 +79,7 @@ def test_seconds_budget_is_a_fixed_step_count_a_resumed_run_keeps(tmp_path, smal
   with pytest.raises(distributed_lib.Preempted):
     ladder.train_run(plan, r, 1, "test")
   monkeypatch.undo()
-  _step_time_file(tmp_path / "st.json", 5e-12)
+  _step_time_file(tmp_path / "st.json", 5e-12, intercept_s=2e-2)  # would plan half the steps
   assert isotime.time_plan(plan, r)["steps"] == planned["steps"]
   row = ladder.train_run(plan, r, 2, "test")
   assert row["status"] == "done" and row["resumed"]
