@@ -25,10 +25,10 @@ Variants:
              (ladder.time_control=decay); then a validation run of 120 s
              (chinchax.ladder.isotime, isoclock, analysis.isotime).
   repeat     data-constrained: 4 IsoFLOP budgets (1e10 … 2.56e11) × 5 sizes, each trained at
-             ladder.unique_tokens = 0 (the whole split), 100,000 and 40,000 tokens of whole
+             ladder.unique_tokens = 0 (the whole split), 400,000 and 100,000 tokens of whole
              documents drawn in a seeded random order (data.unique_tokens, data.unique_order:
-             up to ~100 epochs), then a validation run fixed by
-             the config at 60,000 unique tokens and 2 × 2.56e11 FLOPs (docs/data-constrained.md).
+             up to ~45 epochs), then a validation run fixed by
+             the config at 200,000 unique tokens and 2 × 2.56e11 FLOPs (docs/data-constrained.md).
   tiny       3 × 3 very small runs, for tests.
   repeat_tiny  tiny with ladder.unique_tokens = 0,5000, for tests.
 """

@@ -83,6 +83,20 @@ def test_one_epoch_is_chinchilla():
   assert law.loss(N, 4 * D, D) > TRUE_BASE.loss(N, 4 * D)  # repeats are worth less than fresh
 
 
+def test_base_law_rows_are_the_fresh_data_of_the_largest_unique_set():
+  # One epoch or less of a smaller unique set is not fresh data: only the unlimited runs (or,
+  # with no unlimited run, those of the largest set) fit the base law.
+  from analysis.runs import Runs
+  N = np.array([1e6, 1e6, 1e6, 1e6, 2e6])
+  D = np.array([1e8, 1e8, 5e8, 2e7, 1e8])
+  for U, keep in ((np.array([np.inf, 2e8, 2e8, 2e8, np.inf]), [0, 4]),
+                  (np.array([4e8, 2e8, 2e8, 2e8, 4e8]), [0, 4]),
+                  (np.array([4e8, 2e8, 2e8, 2e8, 1e8]), [0])):
+    runs = Runs(N=N, D=D, loss=np.full(5, 3.0), budget=6 * N * D, run_id=tuple("abcde"),
+                unique_tokens=U)
+    assert list(fr.single_epoch(runs).run_id) == [("abcde")[i] for i in keep]
+
+
 def test_overfit_optimal_epochs_by_hand():
   law = lr.OverfitLaw(base=TRUE_BASE, P=0.02)
   e_star = law.optimal_epochs
@@ -135,7 +149,9 @@ def test_chinchax_fit_writes_the_repeat_block(tmp_path):
   report = pipeline.fit_results(
       tmp_path / "results.jsonl", tmp_path / "fit", approach="3", n_bootstrap=8, min_budgets=1,
       compare=["epoch"], grid="logA=0:20:5,logB=0:20:5,logE=-1:1:3,alpha=0.25:1:3,beta=0.25:1:3")
-  assert len(report.runs) == 21      # Approach 3 saw the 15 + 6 rows of one epoch or less
+  # Approach 3 saw the 15 fresh rows; the 6 of one epoch or less of a smaller unique set are
+  # left to the repetition forms (a small sample is not fresh data).
+  assert len(report.runs) == 15
   data = json.loads((tmp_path / "fit" / "fit.json").read_text())
   block = data["repeat"]
   assert block["form"] == "overfit" and block["input"]["n_repeated"] == 30
