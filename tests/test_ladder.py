@@ -119,11 +119,16 @@ def _ladder_cli(c, log, *extra):
 
 def test_kill_and_rerun_finishes_remaining_runs_only(tmp_path, small_corpus, store_root):
   c = _ladder_config(tmp_path, small_corpus, store_root)
-  c.ladder.update(c_min=3e8, c_max=6e8, fit=False)  # fitting is tested in test_analysis_*
+  # 2 budgets × 3 sizes: 6 runs (a run's compile is most of its cost); fitting is tested in
+  # test_analysis_*.
+  c.ladder.update(c_min=3e8, c_max=6e8, n_budgets=2, fit=False)
   n_runs = len(ladder.plan_runs(c.ladder, c.train_config.train, 257))
   results = pathlib.Path(c.workdir) / "results.jsonl"
+  # The killed process's lease on its run expires after 3 s, not the tiny variant's 20 s.
+  leases = ("--config.ladder.lease_expiry_s=3", "--config.ladder.heartbeat_s=0.5",
+            "--config.ladder.poll_s=0.2")
   with open(tmp_path / "first.log", "wb") as log:
-    proc = _ladder_cli(c, log)
+    proc = _ladder_cli(c, log, *leases)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
       if results.exists() and len(results.read_text().splitlines()) >= 2:
@@ -134,7 +139,7 @@ def test_kill_and_rerun_finishes_remaining_runs_only(tmp_path, small_corpus, sto
   before = {json.loads(l)["run_id"]: json.loads(l) for l in results.read_text().splitlines()}
   assert 2 <= len(before) < n_runs, (tmp_path / "first.log").read_text()[-2000:]
   with open(tmp_path / "second.log", "wb") as log:
-    proc = _ladder_cli(c, log)
+    proc = _ladder_cli(c, log, *leases)
     assert proc.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()[-3000:]
   out = (tmp_path / "second.log").read_text()
   assert f"{len(before)} already done" in out
