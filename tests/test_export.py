@@ -137,6 +137,23 @@ def test_export_options_and_errors(bpe_run, tmp_path, capsys, monkeypatch):
   assert not (tmp_path / "y").exists()
 
 
+def test_a_directory_that_is_not_a_run_is_one_error_line(tmp_path, capsys):
+  """An HF export's directory (its config.json is HF's) or an unreadable config.json, given to
+  export or sample as the run: one error line naming it, never a traceback."""
+  hf, junk = tmp_path / "hf", tmp_path / "junk"
+  hf.mkdir(), junk.mkdir()
+  (hf / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 32}))
+  (junk / "config.json").write_text("{oops")
+  for verb in (["export"], ["sample"]):
+    for d, needle in [(hf, f"is not a chinchax run: its config.json has no 'config' and "
+                           f"'model_signature' (an HF checkpoint's config.json: start a run "
+                           f"from it with --config.train.init_from=hf:{hf})"),
+                      (junk, f"'{junk / 'config.json'}' cannot be read as JSON")]:
+      assert cli.main([*verb, str(d)]) == 2
+      err = capsys.readouterr().err
+      assert err.startswith("error:") and err.count("\n") == 1 and needle in err, (verb, err)
+
+
 @pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
 def test_export_files_follow_the_users_umask(bpe_run, tmp_path, umask):
   """A shared model directory: every exported file gets 0o666 & ~umask (safetensors alone writes

@@ -68,7 +68,8 @@ def load_run(workdir) -> dict:
   """The run's ``config.json`` (config, model signature, budget).
 
   Raises:
-    ExportError: no such directory, or no config.json in it (not a chinchax run directory).
+    ExportError: no such directory, or no config.json in it, or a config.json that is not
+      a chinchax run's (unreadable JSON, or an HF export's: no "config" and "model_signature").
   """
   path = pathlib.Path(os.path.expanduser(str(workdir))) / "config.json"
   if not path.parent.is_dir():
@@ -77,7 +78,19 @@ def load_run(workdir) -> dict:
                       f"train run (it holds config.json and checkpoints/)")
   if not path.is_file():
     raise ExportError(f"{str(workdir)!r} is not a chinchax run: it has no config.json")
-  return json.loads(path.read_text())
+  try:
+    run = json.loads(path.read_text())
+  except ValueError as e:
+    raise ExportError(f"{str(path)!r} cannot be read as JSON ({e}); give the workdir of a "
+                      f"chinchax train run") from None
+  if not (isinstance(run, dict) and "config" in run and "model_signature" in run):
+    hf = isinstance(run, dict) and "model_type" in run
+    what = (" (an HF checkpoint's config.json: start a run from it with "
+            f"--config.train.init_from=hf:{workdir})" if hf else "")
+    raise ExportError(f"{str(workdir)!r} is not a chinchax run: its config.json has no "
+                      f"'config' and 'model_signature'{what}; give the workdir of a chinchax "
+                      f"train run")
+  return run
 
 
 def load_params(workdir, step: int | None = None) -> tuple[dict, int]:
