@@ -109,6 +109,10 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--hardware-table", metavar="PATH",
                  help="accelerator/price table JSON (default: chinchax/hardware_prices.json)")
   p.add_argument("--candidates", type=int, default=5, help="candidate shapes to list")
+  p.add_argument("--kv-heads-ratio", type=int, default=1, metavar="R",
+                 help="grouped-query attention: query heads per key/value head of the planned "
+                      "shapes (1 = multi-head; 4, 8 as in Llama 2 70B / Llama 3; >= n_heads = "
+                      "multi-query); N counts the smaller k/v projections")
   p.add_argument("--calibrate", type=int, default=0, metavar="K",
                  help="--hours/--dollars: time the K best candidates and the FLOP-optimal shape "
                       "on this machine's devices and choose among them (default 0: trust the "
@@ -141,6 +145,9 @@ def run(args: argparse.Namespace) -> planner.Plan:
     raise PlanError(f"--seq-len must be an integer >= 2, got {args.seq_len!r}")
   if args.candidates < 1:
     raise PlanError(f"--candidates must be >= 1, got {args.candidates!r}")
+  if args.kv_heads_ratio < 1:
+    raise PlanError(f"--kv-heads-ratio must be an integer >= 1 (query heads per key/value "
+                    f"head; 1 = multi-head), got {args.kv_heads_ratio!r}")
   if args.calibrate < 0:
     raise PlanError(f"--calibrate must be >= 0 (candidates to time), got {args.calibrate!r}")
   if args.calibrate and args.flops is not None:
@@ -185,11 +192,12 @@ def run(args: argparse.Namespace) -> planner.Plan:
     model = _fit_model(_fit_step_time(args.law), args.law, hw, args.hardware, table)
   elif hw is not None:
     model = step_time_lib.RooflineStepTime(hw, mfu=mfu, bandwidth_efficiency=bw)
-  kw = dict(vocab_size=vocab, seq_len=seq_len, k=args.candidates, step_time_model=model)
+  kw = dict(vocab_size=vocab, seq_len=seq_len, k=args.candidates, step_time_model=model,
+            kv_heads_ratio=args.kv_heads_ratio)
   if args.flops is not None and rec is not None:  # the law's recipe (planning.recipe)
     plan = recipe_lib.plan_flops(args.flops, law, rec, seq_len=args.seq_len,
                                  vocab=args.vocab_size, hardware=hw, step_time_model=model,
-                                 k=args.candidates)
+                                 k=args.candidates, kv_heads_ratio=args.kv_heads_ratio)
   elif args.flops is not None:
     plan = planner.plan_flops(args.flops, law, hardware=hw, **kw)
   else:

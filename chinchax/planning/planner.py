@@ -208,9 +208,10 @@ def default_seq_len(accelerator: bool) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _shapes(n_target: float, vocab_size: int, seq_len: int, accelerator: bool, k: int,
-            aspect_ratio: float) -> tuple[shapes_lib.ShapeCandidate, ...]:
+            aspect_ratio: float, kv_heads_ratio: int = 1) -> tuple[shapes_lib.ShapeCandidate, ...]:
+  rule = dataclasses.replace(shapes_lib.rule_for(accelerator), kv_heads_ratio=kv_heads_ratio)
   return tuple(shapes_lib.propose_shapes(n_target, vocab_size=vocab_size, seq_len=seq_len,
-                                         accelerator=accelerator, k=k, aspect_ratio=aspect_ratio))
+                                         rule=rule, k=k, aspect_ratio=aspect_ratio))
 
 
 def check_budget(value, flag: str) -> float:
@@ -234,7 +235,7 @@ def load_law(law) -> Any:
 def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
                seq_len: int | None = None, accelerator: bool = True,
                hardware: hardware_lib.Hardware | None = None,
-               step_time_model: Any = None, k: int = 5) -> Plan:
+               step_time_model: Any = None, k: int = 5, kv_heads_ratio: int = 1) -> Plan:
   """Plans a run for a FLOP budget.
 
   Args:
@@ -247,6 +248,8 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
     hardware: devices, for predicted time and cost and the batch multiple.
     step_time_model: overrides the hardware's roofline.
     k: candidates to list.
+    kv_heads_ratio: query heads per k/v head of the shapes (1 = multi-head;
+      ``shapes.ShapeRule.kv_heads_ratio``).
   Returns:
     The :class:`Plan`; its N is the chosen shape's exact N and D = C / (6·N)
     rounded to whole steps.
@@ -261,7 +264,7 @@ def plan_flops(C: float, law: Any = DEFAULT_LAW, *, vocab_size: int = 257,
   seq_len = seq_len or default_seq_len(accelerator)
   alloc = allocate_lib.allocate(C, law)
   cands = list(_shapes(alloc.N, vocab_size, seq_len, accelerator, k,
-                       shapes_lib.ASPECT_RATIO_TARGET))
+                       shapes_lib.ASPECT_RATIO_TARGET, kv_heads_ratio))
   chosen = cands[0]
   multiple = hardware.n_devices if hardware else 1
   reach.check_one_step(C, chosen, seq_len * multiple, vocab_size, seq_len, accelerator)
@@ -291,7 +294,8 @@ def lay_out(plan: Plan, hardware: hardware_lib.Hardware | None, step_time_model=
 def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
               vocab_size: int = 257, seq_len: int | None = None, step_time_model: Any = None,
               k: int = 5, mode: str = "hours", budget_dict: dict | None = None,
-              calibrate: int = 0, measure: Any = None, progress: Any = None) -> Plan:
+              calibrate: int = 0, measure: Any = None, progress: Any = None,
+              kv_heads_ratio: int = 1) -> Plan:
   """Plans a run for a wall-clock budget on ``hardware`` (Time Matters, Inbar & Sernau 2024).
 
   Args:
@@ -311,6 +315,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
       for calibration, needed when ``calibrate`` > 0 (on this machine's devices:
       ``functools.partial(chinchax.planning.measure.measure_step_time, hardware=hardware)``).
     progress: called with a line before each calibration measurement.
+    kv_heads_ratio: as in :func:`plan_flops`.
   Returns:
     The :class:`Plan` of the best candidate, with ``comparison`` holding the
     FLOP-optimal shape, the best shape and the loss difference.
@@ -331,7 +336,8 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
   flop_opt = None
   for _ in range(8):
     n_opt = law.optimal_allocation(C)[0]
-    cand = _shapes(n_opt, vocab_size, seq_len, accelerator, 1, shapes_lib.ASPECT_RATIO_TARGET)[0]
+    cand = _shapes(n_opt, vocab_size, seq_len, accelerator, 1, shapes_lib.ASPECT_RATIO_TARGET,
+                   kv_heads_ratio)[0]
     flop_opt = timed.evaluate(cand, seconds, C, law, model, hardware)
     if flop_opt.tokens <= 0:
       C /= 4.0
@@ -353,7 +359,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
   n_ref = flop_opt.candidate.N
   for f in SIZE_STEPS:
     for r in ASPECT_RATIOS:
-      for cand in _shapes(n_ref * f, vocab_size, seq_len, accelerator, 1, r):
+      for cand in _shapes(n_ref * f, vocab_size, seq_len, accelerator, 1, r, kv_heads_ratio):
         if cand.key not in pool:
           pool[cand.key] = timed.evaluate(cand, seconds, C, law, model, hardware)
   ranked = sorted(pool.values(), key=lambda tc: timed.rank_key(tc, has_loss))
@@ -393,7 +399,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
 def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEFAULT_LAW, *,
                  vocab_size: int = 257, seq_len: int | None = None, step_time_model: Any = None,
                  k: int = 5, curve: tuple[float, ...] = DOLLAR_CURVE, calibrate: int = 0,
-                 measure: Any = None, progress: Any = None) -> Plan:
+                 measure: Any = None, progress: Any = None, kv_heads_ratio: int = 1) -> Plan:
   """Plans a run for a dollar budget: dollars → hours at the table's price → :func:`plan_time`.
 
   Adds ``dollar_curve``: the best predicted loss (and tokens, N) at each
@@ -408,7 +414,8 @@ def plan_dollars(dollars: float, hardware: hardware_lib.Hardware, law: Any = DEF
   if price is None:
     raise PlanError(f"the accelerator table has no price for {hardware.accelerator.display_name};"
                     f" add price_per_device_hour to the table or plan with --hours")
-  kw = dict(vocab_size=vocab_size, seq_len=seq_len, step_time_model=step_time_model)
+  kw = dict(vocab_size=vocab_size, seq_len=seq_len, step_time_model=step_time_model,
+            kv_heads_ratio=kv_heads_ratio)
   plan = plan_time(dollars / price * 3600.0, hardware, law, k=k, mode="dollars",
                    budget_dict={"dollars": dollars, "hours": dollars / price},
                    calibrate=calibrate, measure=measure, progress=progress, **kw)

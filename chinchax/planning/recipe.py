@@ -133,7 +133,7 @@ def rule_hparams(rec: dict | None, N: float, C: float, seq_len: int,
 
 def plan_flops(C: float, law, rec: dict, *, seq_len: int | None = None,
                vocab: int | None = None, hardware: hardware_lib.Hardware | None = None,
-               step_time_model=None, k: int = 5) -> planner.Plan:
+               step_time_model=None, k: int = 5, kv_heads_ratio: int = 1) -> planner.Plan:
   """Plans a FLOP budget with a law's recipe (module docstring).
 
   Args:
@@ -142,7 +142,8 @@ def plan_flops(C: float, law, rec: dict, *, seq_len: int | None = None,
     rec: the recipe of the law's fit file (:func:`law_recipe`).
     seq_len: --seq-len, when given (a departure when it differs from the recipe's).
     vocab: --vocab-size, when given (a departure when it differs from the tokenizer's).
-    hardware, step_time_model, k: as :func:`chinchax.planning.planner.plan_flops`.
+    hardware, step_time_model, k, kv_heads_ratio: as
+      :func:`chinchax.planning.planner.plan_flops` (a ratio > 1 is a departure).
   Returns:
     The plan; ``plan.recipe`` holds the recipe, its config settings and the departures.
   Raises:
@@ -164,6 +165,10 @@ def plan_flops(C: float, law, rec: dict, *, seq_len: int | None = None,
   accelerator = hardware.is_accelerator if hardware is not None else False
   if rule is None:
     rule = shapes_lib.rule_for(accelerator)
+  if kv_heads_ratio > 1:
+    rule = dataclasses.replace(rule, kv_heads_ratio=kv_heads_ratio)
+    departures.append(f"--kv-heads-ratio {kv_heads_ratio} (grouped-query shapes; the law's "
+                      f"runs had the recipe's heads)")
   alloc = allocate_lib.allocate(C, law)
   cands = shapes_lib.propose_shapes(alloc.N, vocab_size=vocab, seq_len=seq_len, rule=rule, k=k,
                                     tie_embeddings=tied)

@@ -56,7 +56,8 @@ def format_plan(plan: Plan) -> str:
                f"({a.tokens_per_param:.1f} tokens/param){loss}")
   if plan.data_limit:
     lines += constrained.lines(plan.data_limit)
-  lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads} "
+  kv = f", n_kv_heads {s.kv_heads}" if s.kv_heads != s.n_heads else ""
+  lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads}{kv} "
                f"(head_dim {s.head_dim}), d_ff {s.d_ff}, vocab_size {s.vocab_size}, "
                f"seq_len {b.seq_len}")
   lines.append(f"                 N {_fmt_int(plan.N)} params (non-embedding "

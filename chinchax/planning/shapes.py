@@ -70,6 +70,12 @@ class ShapeRule:
     n_heads: when set, every width gets this many heads (head_dim =
       d_model / n_heads; widths are multiples of 2·n_heads), and
       ``head_dims`` is not used.
+    kv_heads_ratio: query heads per key/value head for grouped-query
+      attention (Ainslie et al. 2023): n_kv_heads is the largest divisor of
+      n_heads not above n_heads / kv_heads_ratio (:func:`kv_heads_for`);
+      1 = multi-head, >= n_heads = multi-query. N counts the smaller k/v
+      projections, so a grouped rule picks wider or deeper shapes for the same N*;
+      :func:`propose_shapes` keeps only widths whose heads the ratio divides.
   """
 
   quantum: int
@@ -85,6 +91,7 @@ class ShapeRule:
   error_decimals: int | None
   depths: str
   n_heads: int | None = None
+  kv_heads_ratio: int = 1
 
 
 ASPECT_RATIO_TARGET = 64.0
@@ -149,7 +156,8 @@ class ShapeCandidate:
     return {"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads, "d_ff": s.d_ff,
             "head_dim": s.head_dim, "vocab_size": s.vocab_size, "seq_len": s.seq_len,
             "tie_embeddings": s.tie_embeddings, "N": self.N, "non_embedding": self.non_embedding,
-            "aspect_ratio": round(self.aspect_ratio, 2), "rel_error": self.rel_error}
+            "aspect_ratio": round(self.aspect_ratio, 2), "rel_error": self.rel_error,
+            **({"n_kv_heads": s.kv_heads} if s.kv_heads != s.n_heads else {})}
 
 
 def width_quantum(accelerator: bool) -> int:
@@ -178,6 +186,20 @@ def d_ff_for(d_model: int, accelerator: bool | None = None, *,
   return max(q, q * math.floor(8.0 * d_model / (3.0 * q) + 0.5))
 
 
+def kv_heads_for(n_heads: int, kv_heads_ratio: int) -> int:
+  """n_kv_heads for ``n_heads`` query heads at ``kv_heads_ratio`` query heads per k/v head:
+  the largest divisor of n_heads that is at most n_heads / kv_heads_ratio (at least 1), so
+  every k/v head serves the same number of query heads."""
+  limit = max(1, n_heads // max(1, int(kv_heads_ratio)))
+  return max(g for g in range(1, limit + 1) if n_heads % g == 0)
+
+
+def groups_evenly(n_heads: int, kv_heads_ratio: int) -> bool:
+  """Whether ``n_heads`` query heads split into groups of exactly ``kv_heads_ratio`` (or the
+  ratio reaches n_heads: one k/v head, multi-query)."""
+  return kv_heads_ratio <= 1 or n_heads % kv_heads_ratio == 0 or kv_heads_ratio >= n_heads
+
+
 def shape_for(d_model: int, n_layers: int, *, vocab_size: int, seq_len: int,
               accelerator: bool | None = None, rule: ShapeRule | None = None,
               tie_embeddings: bool = True) -> budget.ModelShape:
@@ -192,9 +214,12 @@ def shape_for(d_model: int, n_layers: int, *, vocab_size: int, seq_len: int,
   """
   rule = rule or rule_for(bool(accelerator))
   hd = head_dim_for(d_model, rule=rule)
-  return budget.ModelShape(d_model=d_model, n_layers=n_layers, n_heads=d_model // hd,
+  n_heads = d_model // hd
+  grouped = kv_heads_for(n_heads, rule.kv_heads_ratio) if rule.kv_heads_ratio > 1 else n_heads
+  return budget.ModelShape(d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                            d_ff=d_ff_for(d_model, rule=rule), vocab_size=vocab_size,
-                           seq_len=seq_len, tie_embeddings=tie_embeddings)
+                           seq_len=seq_len, tie_embeddings=tie_embeddings,
+                           n_kv_heads=grouped if grouped < n_heads else 0)
 
 
 def _depths(rule: ShapeRule, d_model: int, depth: float) -> list[int]:
@@ -257,6 +282,9 @@ def propose_shapes(n_target: float, *, vocab_size: int, seq_len: int,
   while rule.max_width is None or d_model <= rule.max_width:
     base = shape_for(d_model, 0, vocab_size=vocab_size, seq_len=seq_len, rule=rule,
                      tie_embeddings=tie_embeddings)
+    if not groups_evenly(base.n_heads, rule.kv_heads_ratio):
+      d_model += rule.quantum  # a grouped rule keeps widths whose heads split into its groups
+      continue
     zero = budget.param_counts(base)
     per_layer = budget.param_counts(dataclasses.replace(base, n_layers=1)).total - zero.total
     depth = (n_target - zero.total) / per_layer
