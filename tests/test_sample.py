@@ -15,9 +15,11 @@ from chinchax import cli
 from chinchax import config as config_lib
 from chinchax import export
 from chinchax import model as model_lib
+from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.sample import generate as generate_lib
 from chinchax.sample import run as run_lib
 from chinchax.sample import strategies
+from chinchax.sample.error import SampleError
 
 GREEDY = strategies.Sampling(temperature=0.0)
 
@@ -189,6 +191,20 @@ def test_bad_input_is_one_error_line(byte_run, tmp_path, capsys):
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), (argv, err)
     assert needle in lines[0], (argv, lines[0])
     assert out == ""
+
+
+@pytest.mark.parametrize("prompt,max_new,fix", [
+    ("abc", 30, "shorten the prompt to at most 2 tokens or lower --max-new-tokens to at most 29"),
+    ("abc", 100, "; lower --max-new-tokens to at most 29"),  # no prompt is short enough
+    ("x" * 40, 5, "; shorten the prompt to at most 27 tokens"),  # no --max-new-tokens ≥ 1 fits
+    ("x" * 40, 50, "shorten the prompt and lower --max-new-tokens so that their sum is at most 32"),
+])
+def test_a_request_past_seq_len_names_only_remedies_that_fit(prompt, max_new, fix):
+  """Byte tokens, seq_len 32: the line never asks for a prompt of 0 tokens or 0 new tokens."""
+  with pytest.raises(SampleError) as e:
+    run_lib.prompt_ids(tokenizers_lib.ByteTokenizer(), prompt, 32, max_new)
+  msg = str(e.value)
+  assert msg.endswith(fix) and "at most 0" not in msg, msg
 
 
 def test_help_imports_no_jax():

@@ -108,11 +108,20 @@ def prompt_ids(tok, text: str, seq_len: int, max_new_tokens: int | None) -> tupl
                         f"{seq_len - 1} tokens")
     return ids, min(DEFAULT_MAX_NEW_TOKENS, seq_len - P)
   if P + max_new_tokens > seq_len:
+    # A prompt is at least one token (EOS) and at least one token is new: only the remedies
+    # that can succeed are named.
+    fixes = []
+    if max_new_tokens < seq_len:
+      fixes.append(f"shorten the prompt to at most {seq_len - max_new_tokens} tokens")
+    if P < seq_len:
+      fixes.append(f"lower --max-new-tokens to at most {seq_len - P}")
+    if not fixes:
+      fixes.append(f"shorten the prompt and lower --max-new-tokens so that their sum is at "
+                   f"most {seq_len}")
     raise SampleError(
         f"the prompt is {P} tokens and --max-new-tokens {max_new_tokens}: {P + max_new_tokens} "
         f"positions, more than the run's seq_len {seq_len} (the KV cache holds {seq_len}); "
-        f"shorten the prompt to at most {max(seq_len - max_new_tokens, 0)} tokens or lower "
-        f"--max-new-tokens to at most {max(seq_len - P, 0)}")
+        + " or ".join(fixes))
   return ids, max_new_tokens
 
 
