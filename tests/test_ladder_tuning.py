@@ -106,6 +106,8 @@ def test_a_tuned_ladder_keeps_every_trial_and_fits_each_points_best(tmp_path, sm
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.ladder.update(c_min=4e8, c_max=4e8, n_budgets=1, fit=False, validate=False, workers=1,
                   lr_trials=2, lr_trial_factor=4.0)
+  # One checkpoint a run (at its end) and 16 eval windows: less to write and to evaluate.
+  c.train_config.train.update(checkpoint_every=1000, eval_windows=16)
   results = ladder.run_ladder(c)
   rows = [json.loads(l) for l in pathlib.Path(results).read_text().splitlines()]
   assert len(rows) == 3 and all(r["status"] == "done" for r in rows)
