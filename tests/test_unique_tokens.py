@@ -142,6 +142,20 @@ def test_bad_unique_tokens_fail_before_any_step(tiny_config, data, needle):
   assert not (pathlib.Path(c.workdir) / "checkpoints").exists()  # nothing trained
 
 
+@pytest.mark.parametrize("data, needle", [
+    (dict(unique_tokens=-5), "data.unique_tokens=-5 must be an integer >= 0"),
+    (dict(unique_order="random"), "data.unique_order='random' is not one of 'store', 'shuffled'"),
+    (dict(max_epochs=-1.0), "data.max_epochs=-1.0 must be a number >= 0 (0 = no limit)"),
+])
+def test_bad_unique_values_are_refused_before_any_line_is_printed(tiny_config, data, needle,
+                                                                   capsys):
+  c = tiny_config
+  c.data.update(**data)
+  with pytest.raises(sources_lib.DataError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+    train_lib.train(c, devices=jax.devices()[:1], verbose=True)
+  assert capsys.readouterr().out == ""  # no model/mesh/batch lines above the error line
+
+
 def test_cli_prints_one_error_line(small_corpus, store_root, tmp_path):
   cmd = [sys.executable, "-m", "chinchax.cli", "train", f"--config={REPO}/configs/train.py:tiny",
          f"--config.workdir={tmp_path / 'run'}", f"--config.data.store_root={store_root}",

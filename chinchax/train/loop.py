@@ -32,6 +32,7 @@ from chinchax import wandblog
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
+from chinchax.data import unique as unique_lib
 from chinchax.export import hf_load
 from chinchax.export import hf_source
 import chinchax.train.mfu as mfu
@@ -236,6 +237,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
   devices = list(jax.devices() if devices is None else devices)
   hf_src = hf_source.open_source(config)  # init_from=hf:DIR sets the model shape and tokenizer
   spec = spec_lib.resolve(config, len(devices))
+  unique_lib.check_config(config.data, config.train)  # a bad value before any line is printed
   if config.train.stop_after_s > 0 and jax.process_count() > 1:
     # each process reads its own clock: they could stop at different steps and hang
     raise config_lib.ConfigError(
