@@ -93,7 +93,7 @@ def test_each_epoch_is_a_fresh_permutation_of_the_prefix(tiny_config):
   assert again.window_ids(steps - 2) == batches.window_ids(steps - 2)
 
 
-def test_resume_mid_epoch_is_bitwise_and_summary_counts_epochs(tiny_config, tmp_path):
+def test_resume_mid_epoch_is_bitwise_and_summary_counts_epochs(tiny_config, tmp_path, capsys):
   c = tiny_config
   _, split = _train_split(c)
   c.data.update(unique_tokens=5000, allow_repeat=True)
@@ -107,8 +107,14 @@ def test_resume_mid_epoch_is_bitwise_and_summary_counts_epochs(tiny_config, tmp_
   assert first["stopped_by_time"] and 0 < first["steps"] < 24
   assert first["tokens"] < first["unique_tokens"]  # stopped inside the first epoch
   c.train.stop_after_s = 0.0
-  s = train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  capsys.readouterr()
+  s = train_lib.train(c, devices=jax.devices()[:1], verbose=True)
   assert s["resumed"] and s["steps"] == 24
+  data_line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("data "))
+  # the epochs are of the prefix, and the line says so (not of the whole split it names)
+  assert data_line.endswith(f"run reads {24 * 8 / ((s['unique_tokens'] - 1) // 32):.3f} epochs "
+                            f"of {s['unique_tokens']:,} unique tokens (data.unique_tokens=5,000 "
+                            f"in whole documents, store order)"), data_line
   assert _losses(tmp_path / "split") == _losses(tmp_path / "ref")  # bitwise
   assert s["final_eval_loss"] == ref["final_eval_loss"]
   tokens = 24 * 8 * 32

@@ -278,8 +278,11 @@ def train(config, devices=None, verbose: bool = True) -> dict:
       if config.train.eval_windows else None)
   data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
       workdir, "store_fingerprint", fp), eval_rows=eval_rows)
+  of = (f" of {data.unique_tokens:,} unique tokens (data.unique_tokens="
+        f"{config.data.unique_tokens:,} in whole documents, {config.data.unique_order} order)"
+        if config.data.unique_tokens else "")
   say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
-      f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs")
+      f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs{of}")
   if init_src is not None:
     init_src.check_tokenizer(data.train_split.manifest["tokenizer"]["sha256"])
   unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
