@@ -136,3 +136,24 @@ def test_a_flat_law_keeps_the_base_split():
   grid = np.exp(np.log(n_u) + np.linspace(-4, 4, 801) * np.log(10))
   assert n == pytest.approx(grid[np.argmin(np.abs(np.log(grid / n_u)))], rel=1e-12)
   assert abs(np.log(n / n_u)) <= np.log(10) / 200
+
+
+def test_data_limit_losses_follow_the_plans_loss_rules():
+  """The data-limit block prints no loss above ln of the vocabulary (withheld, as the frontier
+  loss is), and labels possible ones in the law's units when the plan trains other tokens."""
+  law = lr.MuennighoffLaw(base=BASE, R_D_star=lr.MUENNIGHOFF_R_D_STAR,
+                          R_N_star=lr.MUENNIGHOFF_R_N_STAR)
+  tiny = constrained.data_limited(1e12, 1e5, law, "")
+  assert tiny["constrained"]["loss"] > np.log(32_000)  # impossible in the law's own tokens
+  rc, out, err = run_cli("--flops", 1e12, "--unique-tokens", 1e5, "--law", "chinchilla-approach3")
+  assert rc == 0, err
+  block = out[out.index("  data limit"):out.index("  shape")]
+  assert "frontier loss withheld" in out
+  assert f"{tiny['constrained']['loss']:.4f}" not in block
+  assert f"{tiny['unconstrained']['loss']:.4f}" not in block
+  assert "loss withheld (above ln of the vocabulary" in block and "lost to it   withheld" in block
+  big = constrained.data_limited(1e20, 1e9, law, "")
+  rc, out, err = run_cli("--flops", 1e20, "--unique-tokens", 1e9, "--law", "chinchilla-approach3")
+  assert rc == 0, err  # the byte-level plan does not train Chinchilla's tokens
+  assert f"loss {big['constrained']['loss']:.4f} in the law's units" in out
+  assert f"lost to it   {big['loss_lost']:+.4f} in the law's units" in out

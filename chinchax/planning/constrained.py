@@ -121,15 +121,29 @@ def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str,
           "loss_lost": loss_c - loss_u}
 
 
-def lines(block: dict) -> list[str]:
-  """The plan report's lines of a :func:`data_limited` block."""
+def lines(block: dict, loss_text=None) -> list[str]:
+  """The plan report's lines of a :func:`data_limited` block.
+
+  Args:
+    block: :func:`data_limited`'s dict.
+    loss_text: a loss (nats/token) → its text with units, or None where it is withheld
+      (above ln of the vocabulary: :func:`chinchax.planning.loss_units.loss_text`); default:
+      every loss printed in nats/token.
+  """
   c, u = block["constrained"], block["unconstrained"]
+  text = loss_text or (lambda x: f"{x:.4f} nats/token")
+  withheld = "withheld (above ln of the vocabulary: impossible)"
+  loss_c, loss_u, loss_ul = text(c["loss"]), text(u["loss"]), text(u["loss_with_limit"])
+  lost = (f"{block['loss_lost']:+.4f} {loss_c.split(' ', 1)[1]}"  # the losses' own units
+          if loss_c is not None and loss_u is not None
+          else "withheld (a loss above ln of the vocabulary)")
   return [
       f"  data limit     U {block['unique_tokens']:.4g} unique tokens ({block['form']} form; "
       f"{block['note']})",
       f"    constrained  N* {c['N']:.4g} params, D* {c['D']:.4g} tokens = {c['epochs']:.3g} "
-      f"epochs, loss {c['loss']:.4f} nats/token",
-      f"    unlimited    N* {u['N']:.4g} params, D* {u['D']:.4g} tokens, loss {u['loss']:.4f} "
-      f"with fresh data ({u['epochs']:.3g} epochs of U: {u['loss_with_limit']:.4f})",
-      f"    lost to it   {block['loss_lost']:+.4f} nats/token",
+      f"epochs, loss {loss_c or withheld}",
+      f"    unlimited    N* {u['N']:.4g} params, D* {u['D']:.4g} tokens, loss "
+      f"{loss_u or withheld} with fresh data ({u['epochs']:.3g} epochs of U: "
+      f"{loss_ul or 'withheld'})",
+      f"    lost to it   {lost}",
   ]

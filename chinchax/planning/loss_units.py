@@ -148,3 +148,17 @@ def frontier_text(plan: planner.Plan) -> str:
     return ", frontier loss withheld (above ln of the vocabulary: impossible)"
   where = "nats/token" if info["transfers"] else "in the law's units"
   return f", frontier loss {a.loss:.4f} {where}"
+
+
+def loss_text(plan: planner.Plan, loss: float) -> str | None:
+  """One loss of the law at another (N, D) than the plan's (the data-limit block): the value
+  with its units ("nats/token" in the plan's tokens, else "in the law's units"), or None when
+  it is above ln of the vocabulary (impossible, withheld)."""
+  info = plan.loss_units
+  if info is None:
+    return f"{loss:.4f} nats/token"
+  law_u = law_units.LossUnits.from_dict(info["law"])
+  own = law_units.LossUnits.from_dict(info["plan"]) if info["transfers"] else law_u
+  if not own.possible(loss):
+    return None
+  return f"{loss:.4f} {'nats/token' if info['transfers'] else 'in the law' + chr(39) + 's units'}"

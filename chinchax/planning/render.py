@@ -55,7 +55,7 @@ def format_plan(plan: Plan) -> str:
   lines.append(f"  optimum        C {a.C:.4g} FLOPs → N* {a.N:.4g} params, D* {a.D:.4g} tokens "
                f"({a.tokens_per_param:.1f} tokens/param){loss}")
   if plan.data_limit:
-    lines += constrained.lines(plan.data_limit)
+    lines += constrained.lines(plan.data_limit, lambda x: loss_units.loss_text(plan, x))
   kv = f", n_kv_heads {s.kv_heads}" if s.kv_heads != s.n_heads else ""
   lines.append(f"  shape          d_model {s.d_model}, n_layers {s.n_layers}, n_heads {s.n_heads}{kv} "
                f"(head_dim {s.head_dim}), d_ff {s.d_ff}, vocab_size {s.vocab_size}, "
