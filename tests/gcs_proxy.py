@@ -32,13 +32,15 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te
 class Counts:
   """Totals over some requests: ``requests``, response ``body_bytes`` and ``header_bytes``,
   and ``by_kind``: {"GET object" | "GET object range" | "GET metadata" | "<METHOD> other":
-  [requests, body bytes]}."""
+  [requests, body bytes]}, and ``log``: (method, percent-decoded path, body bytes) per request."""
   requests: int = 0
   body_bytes: int = 0
   header_bytes: int = 0
   by_kind: dict = dataclasses.field(default_factory=dict)
+  log: list = dataclasses.field(default_factory=list)
 
-  def add(self, kind: str, body: int, header: int) -> None:
+  def add(self, kind: str, body: int, header: int, entry: tuple) -> None:
+    self.log.append(entry)
     self.requests += 1
     self.body_bytes += body
     self.header_bytes += header
@@ -47,12 +49,13 @@ class Counts:
     k[1] += body
 
   def minus(self, other: "Counts") -> "Counts":
-    """These totals less ``other`` (an earlier snapshot of the same proxy)."""
+    """These totals less ``other`` (an earlier snapshot of the same proxy: ``log`` grows only
+    at its end)."""
     kinds = {k: [v[0] - other.by_kind.get(k, [0, 0])[0], v[1] - other.by_kind.get(k, [0, 0])[1]]
              for k, v in self.by_kind.items()}
     return Counts(self.requests - other.requests, self.body_bytes - other.body_bytes,
                   self.header_bytes - other.header_bytes,
-                  {k: v for k, v in kinds.items() if v[0]})
+                  {k: v for k, v in kinds.items() if v[0]}, self.log[len(other.log):])
 
 
 def _kind(method: str, path: str, headers) -> str:
@@ -109,7 +112,8 @@ class CountingProxy:
         header_bytes = sum(len(k) + len(v) + 4 for k, v in sent) + 20
         with proxy._lock:  # counted as sent, even if the client hangs up before reading it all
           proxy._counts.add(_kind(self.command, self.path, self.headers), len(data),
-                            header_bytes)
+                            header_bytes,
+                            (self.command, urllib.parse.unquote(self.path), len(data)))
         self.send_response(resp.status, resp.reason)
         for k, v in sent:
           self.send_header(k, v)
@@ -137,7 +141,7 @@ class CountingProxy:
     with self._lock:
       c = self._counts
       return Counts(c.requests, c.body_bytes, c.header_bytes,
-                    {k: list(v) for k, v in c.by_kind.items()})
+                    {k: list(v) for k, v in c.by_kind.items()}, list(c.log))
 
   def since(self, before: Counts) -> Counts:
     """The totals of the requests answered since ``before`` (a :meth:`snapshot`)."""

@@ -1,7 +1,9 @@
 """The store read path and the cheaper prepare: batches equal to the window-by-window reference,
-raw chunk files read like tensorstore reads them, the existing-store start without a scan,
+raw chunk files read like tensorstore reads them, a held gs:// split read once byte for byte,
+the existing-store start without a scan,
 shards deleted during assembly, huge documents encoded in pieces to the same ids."""
 
+import json
 import os
 import shutil
 
@@ -89,6 +91,39 @@ def test_gcs_store_reads_the_same_batches(byte_store, gcs_url, tmp_path):
     got = pipeline.TrainBatches(split, 64, 16, steps=30, seed=2)
     for step in (0, 11):
       np.testing.assert_array_equal(got.batch(step), ref.batch_rowwise(step))
+
+
+def test_gcs_split_held_in_memory_reads_each_token_byte_once(gcs, tmp_path):
+  # Counted on the wire (a proxy in front of the fake server): a held split costs its tokens'
+  # bytes, not the padding of its partial last chunk, and gives the tokens written.
+  import gcs_proxy
+  import gcs_server
+  from chinchax.data import remote
+  data = np.random.default_rng(3).integers(1, 60000, 10_500).astype(np.uint16)
+  local = tmp_path / "st"
+  for name, codecs in (("train", None), ("val", [{"name": "bytes"}, {"name": "zstd"}])):
+    _array(local / f"{name}.zarr", data, 1000, codecs)  # 11 chunks, the last one partial
+  (local / store.MANIFEST).write_text(json.dumps({"splits": {
+      s: {"tokens": len(data), "bytes": len(data)} for s in store.SPLITS}}))
+  url = f"gs://{gcs_server.BUCKET}/held-{tmp_path.name}"
+  remote.upload(local, url)
+  proxy = gcs_proxy.CountingProxy(gcs.url)
+  gcs_server.point_clients_at(proxy.url)
+  try:
+    before = proxy.snapshot()
+    split = store.TokenSplit(url, "train")
+    got = proxy.since(before)
+    held_zstd = store.TokenSplit(url, "val")  # compressed chunks: whole chunks, no cache kept
+  finally:
+    gcs_server.point_clients_at(gcs.url)
+    proxy.close()
+  assert split.reader.kind == held_zstd.reader.kind == "memory"
+  np.testing.assert_array_equal(split.all_tokens(), data)
+  np.testing.assert_array_equal(held_zstd.all_tokens(), data)
+  chunks = [(path, n) for method, path, n in got.log if "train.zarr/c/" in path]
+  assert sorted(p.split("train.zarr/c/")[1].split("?")[0] for p, _ in chunks) == sorted(
+      str(i) for i in range(11))  # each chunk object read once
+  assert sum(n for _, n in chunks) == data.nbytes  # 21,000 bytes, not 11 x 2,000
 
 
 class _CountingSource(sources.FileSource):

@@ -244,6 +244,17 @@ class RangeReader:
     length = max(0, min(length, self.n_tokens - start))
     return self.read_windows([start], length)[0] if length else np.zeros(0, self.dtype)
 
+  def read_all(self, group_chunks: int = 32) -> np.ndarray:
+    """Every token of the array, [n_tokens]: byte ranges of the tokens alone (not the padding
+    of the last chunk), ``group_chunks`` chunk objects read concurrently at a time (the memory
+    needed beyond the result is about two such groups)."""
+    out = np.empty(self.n_tokens, self.dtype)
+    step = self.chunk * max(int(group_chunks), 1)
+    for s in range(0, self.n_tokens, step):
+      take = min(step, self.n_tokens - s)
+      out[s:s + take] = self.read_windows([s], take)[0]
+    return out
+
 
 class TensorstoreReader:
   """Windows read through tensorstore, a batch's reads issued together (``ts.Batch``).

@@ -133,7 +133,9 @@ class TokenSplit:
       that cannot be memory-mapped is read into this process's RAM once.
     reader: how windows are read (:mod:`chinchax.data.reader`): ``auto`` =
       ``mmap`` for a local store (raw chunk files, page cache shared by the
-      host's processes), else ``memory`` up to ``max_in_memory`` tokens, else
+      host's processes), else ``memory`` up to ``max_in_memory`` tokens (read
+      once, as byte ranges of the tokens alone where the chunks are raw: not
+      the padding of the last chunk, and no chunk cache kept), else
       ``ranged`` (byte ranges of the raw chunk objects: a gs:// store), else
       ``tensorstore``; or one of those by name (``memory`` for any size: the
       whole split in RAM).
@@ -167,8 +169,13 @@ class TokenSplit:
       if chosen is None and reader == "ranged":
         raise ValueError(f"{path} does not hold raw chunks for ranged reads; use reader "
                          f"'auto', 'memory' or 'tensorstore'")
-    if chosen is None:
-      self._ts = open_array(path, context=reader_lib.cache_context(int(cache_mb * 2**20)))
+    if chosen is None and held:  # raw chunks: read once as byte ranges of the tokens alone
+      ranged = reader_lib.RangeReader.open(path)
+      if ranged is not None:
+        chosen = reader_lib.MemoryReader(ranged.read_all())
+    if chosen is None:  # a held split keeps no chunk cache: its tokens are already in RAM
+      cache_bytes = 0 if held else int(cache_mb * 2**20)
+      self._ts = open_array(path, context=reader_lib.cache_context(cache_bytes))
       if held:
         chosen = reader_lib.MemoryReader(np.asarray(self._ts[: self.n_tokens].read().result()))
       else:
