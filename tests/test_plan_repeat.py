@@ -157,3 +157,19 @@ def test_data_limit_losses_follow_the_plans_loss_rules():
   assert rc == 0, err  # the byte-level plan does not train Chinchilla's tokens
   assert f"loss {big['constrained']['loss']:.4f} in the law's units" in out
   assert f"lost to it   {big['loss_lost']:+.4f} in the law's units" in out
+
+
+def test_write_config_refuses_unique_tokens_below_one_batch(tmp_path):
+  """A U below one batch of the plan (global_batch_size × seq_len + 1 tokens) is a config that
+  train refuses: plan says so and writes nothing; one token more is written."""
+  path = tmp_path / "planned.py"
+  rc, out, _ = run_cli("--flops", 1e12, "--unique-tokens", 100, "--json")
+  plan = json.loads(out)
+  need = plan["global_batch_size"] * plan["seq_len"] + 1  # hand count: B windows of T + 1 tokens
+  rc, out, err = run_cli("--flops", 1e12, "--unique-tokens", need - 1, "--write-config", path)
+  lines = err.strip().splitlines()
+  assert rc == 2 and len(lines) == 1 and not path.exists(), err
+  assert lines[0].startswith(f"error: --unique-tokens {need - 1:,} cannot train the plan")
+  assert f"need at least {need:,} tokens" in lines[0]
+  rc, _, err = run_cli("--flops", 1e12, "--unique-tokens", need, "--write-config", path)
+  assert rc == 0 and path.exists(), err

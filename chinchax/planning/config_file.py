@@ -17,6 +17,8 @@ import pathlib
 
 from chinchax import config as config_lib
 from chinchax import paths as paths_lib
+from chinchax.data import sources as sources_lib
+from chinchax.data import unique as unique_lib
 from chinchax.planning.errors import PlanError
 from chinchax.planning.planner import Plan
 
@@ -167,14 +169,21 @@ def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None
     The path written.
   Raises:
     PlanError: the directory does not exist, the path does not end in .py, or
-      the config fails ``chinchax.config.validate``.
+      the config fails ``chinchax.config.validate`` or ``chinchax.data.unique.check_config``
+      (a ``--unique-tokens`` below one batch of the plan: train would refuse it).
   """
   path = check_config_path(path, overwrite)
   workdir = workdir or default_workdir(plan)
+  config = planned_config(plan, workdir)
   try:
-    config_lib.validate(planned_config(plan, workdir), n_devices=n_devices or 1)
+    config_lib.validate(config, n_devices=n_devices or 1)
   except config_lib.ConfigError as e:
     raise PlanError(f"the planned config is invalid: {e}") from None
+  try:
+    unique_lib.check_config(config.data, config.train)  # a U below one batch of the plan
+  except sources_lib.DataError as e:
+    raise PlanError(f"--unique-tokens {config.data.unique_tokens:,} cannot train the plan "
+                    f"(chinchax train would refuse the config): {e}") from None
   tmp = path.with_name(path.name + ".tmp")
   tmp.write_text(config_source(plan, workdir))
   tmp.replace(path)
