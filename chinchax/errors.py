@@ -18,3 +18,9 @@ class UserError(ValueError):
   The message is the whole report: it names the bad value and what would be
   valid, in one line.
   """
+
+
+class InterruptedWith(KeyboardInterrupt):
+  """A Ctrl-C whose stage says what it kept (e.g. the token store's finished shards): the
+  command line prints its message, which starts with ``interrupted``, as the one line in
+  place of the general one (:func:`chinchax.interrupts.message`)."""

@@ -216,7 +216,9 @@ def test_cli_sigint_then_rerun_gives_the_uninterrupted_store(tmp_path):
   proc.send_signal(signal.SIGINT)
   out, err = proc.communicate(timeout=60)
   assert proc.returncode == 130, err.decode()[-2000:]
-  assert b"rerun the same command to resume" in err
+  lines = [l for l in err.decode().splitlines() if l.startswith("interrupted")]
+  assert len(lines) == 1 and "finished shard(s) kept in" in lines[0], err.decode()[-2000:]
+  assert lines[0].endswith("rerun the same command to resume")
   assert not list(root.glob("bpe*/manifest.json"))  # no store looks complete
   again = subprocess.run(_prepare_cmd(root, corpus), capture_output=True, env=env, timeout=300)
   assert again.returncode == 0, again.stderr.decode()[-2000:]

@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     if command and isinstance(e, diskfull.DiskFull):
       interrupts.exit_now(errors.USER_ERROR_EXIT_CODE)  # orbax's threads may still be failing
     return errors.USER_ERROR_EXIT_CODE
-  except KeyboardInterrupt:
-    print(f"\n{interrupts.message()}", file=sys.stderr)
+  except KeyboardInterrupt as e:  # one line: a stage's own (what it kept), else the general one
+    line = str(e) if isinstance(e, errors.InterruptedWith) else interrupts.message()
+    print(f"\n{line}", file=sys.stderr)
     if command:
       interrupts.exit_now(interrupts.INTERRUPTED_EXIT_CODE)  # see chinchax.interrupts
     return interrupts.INTERRUPTED_EXIT_CODE

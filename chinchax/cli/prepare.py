@@ -22,8 +22,5 @@ def main(argv: list[str]) -> int:
   if config is None:
     return 0
   config_lib.validate(config)
-  try:
-    builder_lib.run_prepare(config)
-  except KeyboardInterrupt:
-    return 130
+  builder_lib.run_prepare(config)  # Ctrl-C: chinchax.cli prints the one line and exits 130
   return 0

@@ -19,6 +19,7 @@ import sys
 import numpy as np
 
 from chinchax import console
+from chinchax import errors
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 
@@ -156,8 +157,8 @@ def tokenize_all(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, 
     bar.close()
     if isinstance(e, KeyboardInterrupt):
       kept = len(list(shard_dir.glob("*.npz")))
-      console.say(f"interrupted: {kept} finished shard(s) kept in {partial}; "
-                  f"rerun the same command to resume", stream=sys.stderr)
+      raise errors.InterruptedWith(f"interrupted: {kept} finished shard(s) kept in {partial}; "
+                                   f"rerun the same command to resume") from None
     raise
   if pool is not None:
     pool.close()
