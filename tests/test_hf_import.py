@@ -254,6 +254,28 @@ def test_bad_directories_are_refused_in_one_line(small_corpus, store_root, tmp_p
   assert not (tmp_path / "cli").exists()
 
 
+def test_a_typed_model_knob_equal_to_its_default_is_still_checked(tmp_path, capsys):
+  """--config.model.d_model=64 is the default's value, but typed: a checkpoint of d_model 32 is
+  refused (not silently replaced), before any data is read; typed equal to 32 passes the check."""
+  hf = _write_hf(tmp_path / "hf", _hand_tensors(), _hand_config())  # hidden_size 32
+  default = config_lib.base_config().model.d_model
+  assert default != 32
+  rc = cli.main(["train", f"--config.workdir={tmp_path / 'cli'}",
+                 f"--config.train.init_from=hf:{hf}", f"--config.model.d_model={default}"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err
+  assert "model.d_model=32" in err[0] and f"the config has model.d_model={default}" in err[0]
+  assert "drop --config.model.d_model" in err[0]
+  assert not (tmp_path / "cli").exists()
+  c = config_lib.base_config()
+  c.train.init_from = f"hf:{hf}"
+  c.model.update(d_model=32, n_heads=4, n_kv_heads=2)
+  hf_source.check_set_knobs(c, {"d_model", "n_heads", "n_kv_heads"})  # the checkpoint's values
+  c.model.n_kv_heads = 0  # = n_heads = 4, not the checkpoint's 2
+  with pytest.raises(HFCheckpointError, match="drop --config.model.n_kv_heads"):
+    hf_source.check_set_knobs(c, {"n_kv_heads"})
+
+
 def test_a_tokenizer_larger_than_the_vocab_is_refused(small_corpus, store_root, tmp_path):
   from tokenizers import Tokenizer, models
   hf = _write_hf(tmp_path / "hf", _hand_tensors(V=300), _hand_config(V=300))

@@ -248,6 +248,12 @@ def _integral_ints(argv: list[str], default: pathlib.Path) -> list[str]:
   return out
 
 
+def set_knobs(argv: list[str], section: str) -> set[str]:
+  """Names of the ``section`` knobs that ``argv`` sets (``--config.SECTION.KNOB[=VALUE]``)."""
+  prefix = f"--config.{section}."
+  return {a[len(prefix):].split("=", 1)[0] for a in argv if a.startswith(prefix)}
+
+
 def parse_config(argv: list[str], default: pathlib.Path, verb: str):
   """Parses ``--config FILE[:VARIANT]`` plus dotted overrides.
 

@@ -17,6 +17,7 @@ from chinchax import interrupts
 from chinchax import runtime
 from chinchax import train as train_lib
 from chinchax.cli import flags as flags_lib
+from chinchax.export import hf_source
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +31,8 @@ def main(argv: list[str]) -> int:
   if config is None:
     return 0
   config_lib.validate(config)
+  # a model knob typed on the command line is the user's even when it equals its default
+  hf_source.check_set_knobs(config, flags_lib.set_knobs(argv, "model"))
   runtime.setup_cpu_devices(config.mesh.num_cpu_devices)
   runtime.setup_compilation_cache(config.compile_cache_dir)
   distributed_lib.initialize(config.distributed)  # before any device is used

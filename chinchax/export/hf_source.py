@@ -182,14 +182,8 @@ def configure(config, directory: pathlib.Path, model: dict) -> pathlib.Path | No
   where = f"train.init_from={PREFIX}{directory}"
   defaults = config_lib.base_config().model
   for knob, value in model.items():
-    ours = config.model[knob]
-    same = (ours or model["n_heads"]) == (value or model["n_heads"]) if knob == "n_kv_heads" \
-        else ours == value
-    if not same and ours != defaults[knob]:
-      raise HFCheckpointError(
-          f"{where} sets model.{knob}={value!r} ({SHAPE_KEYS[knob]} in its config.json), but "
-          f"the config has model.{knob}={ours!r}; leave model.{knob} at its default "
-          f"({defaults[knob]!r}) or set it to {value!r}")
+    if config.model[knob] != defaults[knob]:
+      _check_same(where, knob, config.model[knob], model)
     config.model[knob] = type(defaults[knob])(value)
   tok_path = directory / "tokenizer.json"
   if not tok_path.is_file():
@@ -214,6 +208,42 @@ def configure(config, directory: pathlib.Path, model: dict) -> pathlib.Path | No
         f"{model['vocab_size']} (config.json); its embedding has no row for ids ≥ "
         f"{model['vocab_size']}: use the checkpoint's own tokenizer")
   return tok_path
+
+
+def _check_same(where: str, knob: str, ours, model: dict, typed: bool = False) -> None:
+  """Raises HFCheckpointError when the config's ``model.<knob>`` = ``ours`` is not the
+  checkpoint's value (n_kv_heads 0 = n_heads); ``typed``: the command line set it."""
+  value = model[knob]
+  same = (ours or model["n_heads"]) == (value or model["n_heads"]) if knob == "n_kv_heads" \
+      else ours == value
+  if not same:
+    default = config_lib.base_config().model[knob]
+    fix = (f"drop --config.model.{knob} (the checkpoint sets it)" if typed else
+           f"leave model.{knob} at its default ({default!r})")
+    raise HFCheckpointError(
+        f"{where} sets model.{knob}={value!r} ({SHAPE_KEYS[knob]} in its config.json), but "
+        f"the config has model.{knob}={ours!r}; {fix} or set it to {value!r}")
+
+
+def check_set_knobs(config, knobs) -> None:
+  """Refuses a model knob given on the command line (``--config.model.KNOB=V``) that is not
+  the checkpoint's value, even when V is the knob's default (which :func:`configure` takes
+  for "left at its default"). Reads only ``config.json``; nothing for another init_from.
+
+  Args:
+    config: the run's ConfigDict, as parsed.
+    knobs: names of the ``model`` knobs the command line set (e.g. {"d_model"}).
+  Raises:
+    HFCheckpointError: such a knob differs from the checkpoint; see :func:`read_config`.
+  """
+  directory = hf_dir(config.train.init_from)
+  named = [k for k in SHAPE_KEYS if k in set(knobs)]
+  if directory is None or not named:
+    return
+  model = read_config(directory)
+  for knob in named:
+    _check_same(f"train.init_from={PREFIX}{directory}", knob, config.model[knob], model,
+                typed=True)
 
 
 def _eos_token(directory: pathlib.Path) -> str:
