@@ -223,6 +223,7 @@ def test_bad_directories_are_refused_in_one_line(small_corpus, store_root, tmp_p
   empty = tmp_path / "empty"
   empty.mkdir()
   assert "no config.json" in _refusal(cfg(empty))
+  assert "train.init_from='hf:' names no directory" in _refusal(cfg(""))  # not the current one
   gpt2 = _write_hf(tmp_path / "gpt2", _hand_tensors(), _hand_config(
       architectures=["GPT2LMHeadModel"], model_type="gpt2"))
   assert "GPT2LMHeadModel" in _refusal(cfg(gpt2))

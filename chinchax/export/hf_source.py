@@ -74,10 +74,18 @@ class HFSource:
 
 def hf_dir(init_from: str) -> pathlib.Path | None:
   """The directory of ``train.init_from="hf:DIR"`` (``~`` expanded, resolved); None for a
-  chinchax run's workdir (no ``hf:`` prefix)."""
+  chinchax run's workdir (no ``hf:`` prefix).
+
+  Raises:
+    HFCheckpointError: ``hf:`` with no directory after it (it would name the current one).
+  """
   text = str(init_from).strip()
   if not text.startswith(PREFIX):
     return None
+  if not text[len(PREFIX):].strip():
+    raise HFCheckpointError(f"train.init_from={text!r} names no directory; give "
+                            f"hf:DIR, DIR holding config.json and model.safetensors of a "
+                            f"LlamaForCausalLM (e.g. an export: hf:runs/NAME/export)")
   return paths_lib.resolved(text[len(PREFIX):].strip())
 
 
