@@ -256,7 +256,10 @@ def add_validation(results_path: str | os.PathLike, out_dir: str | os.PathLike |
     reportlib.write_json_and_markdown(data, local_out)
   v = data["validation"]
   if log is not None and v["rel_error"] is not None:
+    repeated = isinstance(rep, dict) and rep.get("status") == "ok"
     log(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "
         f"{v['predicted_loss']:.4f}, measured {v['measured_loss']:.4f} nats/token "
-        f"({100 * v['rel_error']:+.2f}%)")
+        f"({100 * v['rel_error']:+.2f}%)" + (" by the single-epoch law (repetition ignored; "
+                                              "the repeat lines above give the repetition laws')"
+                                              if repeated else ""))
   return v

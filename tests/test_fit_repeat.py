@@ -170,6 +170,12 @@ def test_chinchax_fit_writes_the_repeat_block(tmp_path):
   for k, p in v["predictions"].items():
     assert again["predictions"][k]["predicted_loss"] == pytest.approx(p["predicted_loss"],
                                                                       rel=1e-12)
+  logged = []  # the ladder's path: the validation run added to the fit after it
+  pipeline.add_validation(tmp_path / "results.jsonl", tmp_path / "fit", log=logged.append)
+  assert logged[0].startswith("repeat: validation run val (12 epochs")
+  assert logged[-1].startswith("validation: run val") and logged[-1].endswith(
+      "by the single-epoch law (repetition ignored; the repeat lines above give the "
+      "repetition laws')"), logged
   assert "## Data-constrained runs" in (tmp_path / "fit" / "fit.md").read_text()
   assert (tmp_path / "fit" / "repeat.png").stat().st_size > 1000
   assert "repeat.svg" in data["figures"]
