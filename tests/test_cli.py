@@ -30,6 +30,11 @@ def _train(capsys, tmp_path, *flags, corpus=None):
      "global_batch_size=12 is not divisible by the data-parallel size"),
     (["--config.budget.mode=flops", "--config.budget.flops=-5.0"], "budget.flops=-5.0"),
     (["--config.model.attention=flashy"], "model.attention='flashy'"),
+    # tiny budgets by steps: a typed budget knob of another mode would be ignored
+    (["--config.budget.tokens=1000"], "--config.budget.tokens=1000 has no effect: "
+     "budget.mode='steps' sets D from budget.steps; add --config.budget.mode=tokens"),
+    (["--config.budget.mode=tokens_per_param", "--config.budget.steps=2"],
+     "--config.budget.steps=2 has no effect: budget.mode='tokens_per_param'"),
 ])
 def test_config_errors(capsys, tmp_path, small_corpus, flags, needle):
   rc, err = _train(capsys, tmp_path, *flags, corpus=f"{small_corpus}/*.txt")

@@ -20,6 +20,21 @@ from chinchax.cli import flags as flags_lib
 from chinchax.export import hf_source
 
 
+def check_budget_knobs(budget, typed: set[str]) -> None:
+  """Refuses a budget knob typed on the command line that ``budget.mode`` does not read
+  (``--config.budget.steps=2`` under mode ``tokens_per_param`` would train the whole
+  tokens-per-parameter budget).
+
+  Raises:
+    ConfigError: names the knob, the mode and the ``--config.budget.mode`` that reads it.
+  """
+  for knob in sorted(typed & (set(config_lib.BUDGET_MODES) - {budget.mode})):  # mode = its knob
+    raise config_lib.ConfigError(
+        f"--config.budget.{knob}={budget[knob]!r} has no effect: budget.mode="
+        f"{budget.mode!r} sets D from budget.{budget.mode}; add --config.budget.mode={knob} "
+        f"to budget by {knob}")
+
+
 def main(argv: list[str]) -> int:
   """Runs (or resumes) the run; 0 when done, 75 when preempted (SIGTERM) and 130 when
   interrupted (Ctrl-C) after its checkpoint.
@@ -31,6 +46,7 @@ def main(argv: list[str]) -> int:
   if config is None:
     return 0
   config_lib.validate(config)
+  check_budget_knobs(config.budget, flags_lib.set_knobs(argv, "budget"))
   # a model knob typed on the command line is the user's even when it equals its default
   hf_source.check_set_knobs(config, flags_lib.set_knobs(argv, "model"))
   runtime.setup_cpu_devices(config.mesh.num_cpu_devices)
