@@ -227,7 +227,8 @@ def _check_same(where: str, knob: str, ours, model: dict, typed: bool = False) -
   if not same:
     default = config_lib.base_config().model[knob]
     fix = (f"drop --config.model.{knob} (the checkpoint sets it)" if typed else
-           f"leave model.{knob} at its default ({default!r})")
+           f"leave model.{knob} at its default ({default!r}: a --config variant that does not "
+           f"set it, such as the default one)")
     raise HFCheckpointError(
         f"{where} sets model.{knob}={value!r} ({SHAPE_KEYS[knob]} in its config.json), but "
         f"the config has model.{knob}={ours!r}; {fix} or set it to {value!r}")
