@@ -247,6 +247,10 @@ def test_bad_directories_are_refused_in_one_line(small_corpus, store_root, tmp_p
   c.model.d_model = 128
   msg = _refusal(c)
   assert "model.d_model=32" in msg and "model.d_model=128" in msg
+  c.model.n_layers = 5  # two knobs differ: one line names both
+  msg = _refusal(c)
+  assert ("model.d_model=128 (checkpoint 32), model.n_layers=5 (checkpoint 2); leave them at "
+          "their defaults") in msg
   # Through the command line: one `error:` line, exit 2, nothing written.
   rc = cli.main(["train", f"--config.workdir={tmp_path / 'cli'}",
                  f"--config.train.init_from=hf:{gpt2}"])

@@ -189,9 +189,22 @@ def configure(config, directory: pathlib.Path, model: dict) -> pathlib.Path | No
   """
   where = f"train.init_from={PREFIX}{directory}"
   defaults = config_lib.base_config().model
-  for knob, value in model.items():
+  conflicts = []  # every knob that differs, so one line says all of them
+  for knob in model:
     if config.model[knob] != defaults[knob]:
-      _check_same(where, knob, config.model[knob], model)
+      try:
+        _check_same(where, knob, config.model[knob], model)
+      except HFCheckpointError as e:
+        conflicts.append((knob, e))
+  if len(conflicts) == 1:
+    raise conflicts[0][1]
+  if conflicts:
+    raise HFCheckpointError(
+        f"{where}: the config's model knobs differ from its config.json: " + ", ".join(
+            f"model.{k}={config.model[k]!r} (checkpoint {model[k]!r})" for k, _ in conflicts)
+        + "; leave them at their defaults (a --config variant that does not set them, such as "
+        "the default one) or set them to the checkpoint's values")
+  for knob, value in model.items():
     config.model[knob] = type(defaults[knob])(value)
   tok_path = directory / "tokenizer.json"
   if not tok_path.is_file():
