@@ -221,6 +221,14 @@ def test_repeat_ladder_refuses_a_prefix_it_cannot_train(tmp_path, small_corpus, 
   with pytest.raises(sources_lib.DataError, match="set --config.data.allow_repeat=True"):
     ladder.prepare(c)
   assert not (pathlib.Path(c.workdir) / "rows").exists()
+  # The validation run's U is fixed by the config: checked before the grid trains, not after.
+  c.train_config.data.allow_repeat = True
+  c.ladder.validate_unique_tokens = 10
+  with pytest.raises(sources_lib.DataError, match=r"^validation run VU10_C3\.00e\+08_N\d+ "
+                     r"\(ladder\.validate_unique_tokens=10, .*smaller than one batch"):
+    ladder.prepare(c)
+  assert not (pathlib.Path(c.workdir) / "rows").exists()
+  c.ladder.validate_unique_tokens = 0
   for bad in ("0,x", "5000,5000", "-3"):
     c.ladder.unique_tokens = bad
     with pytest.raises(config_lib.ConfigError, match="ladder.unique_tokens="):

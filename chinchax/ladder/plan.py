@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 import time
 
@@ -123,7 +124,10 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
                if lc.schedule == "wsd" else None)
   plan = LadderPlan(config, runs, workdir, devices, spec0.model.vocab_size, wsd_plans)
   if check_data:
-    check_corpus(plan, runs)
+    # with a unique-data axis the validation run is fixed by the config: its U is checked
+    # with the grid's, before any run trains (not found unusable after the grid)
+    fixed = [fixed_validation_run(plan)] if repeat.axis_of(lc) else []
+    check_corpus(plan, runs + fixed)
   if write:
     workdir.mkdir(parents=True, exist_ok=True)
   if check_data and timed:
@@ -132,6 +136,22 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
     workdir.mkdir(parents=True, exist_ok=True)
     files.write_atomic(workdir / GRID_FILE, json.dumps([r.run_id for r in runs]))
   return plan
+
+
+def fixed_validation_run(plan: LadderPlan) -> grid.LadderRun:
+  """The validation run of a ladder with a unique-data axis, fixed by its config: C_val =
+  ``ladder.validate_factor`` × ``ladder.c_max``, N = sqrt(C_val / (6 · tokens_per_param)) (the
+  grid's centre rule), ``data.unique_tokens`` = ``ladder.validate_unique_tokens``; id
+  ``VU<U>_C<C>_N<N>``."""
+  lc = plan.config.ladder
+  C = lc.validate_factor * lc.c_max
+  base = plan.config.train_config
+  run = grid.make_run(lc, base.train, C, math.sqrt(C / (6.0 * lc.tokens_per_param)), plan.vocab,
+                      role="validation", prefix="V",
+                      batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
+  u = lc.validate_unique_tokens
+  return dataclasses.replace(run, unique_tokens=u,
+                             run_id=f"V{repeat.prefix(u)}{run.run_id.removeprefix('V')}")
 
 
 def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
@@ -160,6 +180,9 @@ def check_corpus(plan: LadderPlan, runs: list[grid.LadderRun]) -> None:
     asked = base.data.unique_tokens if r.unique_tokens is None else r.unique_tokens
     if asked or base.data.max_epochs:
       what = f"run {r.run_id} (budget C={r.C_budget:.3g}, N={r.counts.total:,})"
+      if r.role == "validation":
+        what = (f"validation run {r.run_id} (ladder.validate_unique_tokens={asked}, budget "
+                f"C={r.C_budget:.3g}, N={r.counts.total:,})")
       try:
         rc = plan.run_config(r)
         unique_lib.check_config(rc.data, rc.train)

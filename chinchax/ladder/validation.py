@@ -18,9 +18,7 @@ is needed to place it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import pathlib
 
 from chinchax import console
@@ -29,6 +27,7 @@ from chinchax import laws
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib
+import chinchax.ladder.plan as plan_lib
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.worker as worker_lib
 
@@ -50,19 +49,9 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
 
 
 def plan_fixed_validation(plan: worker_lib.LadderPlan) -> grid.LadderRun:
-  """The validation run of a ladder with a unique-data axis, fixed by its config: C_val =
-  ``ladder.validate_factor`` × ``ladder.c_max``, N = sqrt(C_val / (6 · tokens_per_param)) (the
-  grid's centre rule), ``data.unique_tokens`` = ``ladder.validate_unique_tokens``; id
-  ``VU<U>_C<C>_N<N>``."""
-  lc = plan.config.ladder
-  C = lc.validate_factor * lc.c_max
-  base = plan.config.train_config
-  run = grid.make_run(lc, base.train, C, math.sqrt(C / (6.0 * lc.tokens_per_param)), plan.vocab,
-                      role="validation", prefix="V",
-                      batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
-  u = lc.validate_unique_tokens
-  return dataclasses.replace(run, unique_tokens=u,
-                             run_id=f"V{repeat.prefix(u)}{run.run_id.removeprefix('V')}")
+  """The validation run of a ladder with a unique-data axis, fixed by its config
+  (:func:`chinchax.ladder.plan.fixed_validation_run`, which the ladder checks before its grid)."""
+  return plan_lib.fixed_validation_run(plan)
 
 
 def run_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path,
