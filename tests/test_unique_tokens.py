@@ -162,6 +162,18 @@ def test_bad_unique_values_are_refused_before_any_line_is_printed(tiny_config, d
   assert capsys.readouterr().out == ""  # no model/mesh/batch lines above the error line
 
 
+def test_a_tiny_epoch_limit_shows_the_epochs_to_its_precision(tiny_config):
+  """data.max_epochs far below one epoch of the whole split: the line's epochs are not "0.00"."""
+  c = tiny_config
+  c.data.max_epochs, c.budget.steps = 1e-5, 40
+  _, split = _train_split(c)
+  epochs = 40 * 8 / ((split.n_tokens - 1) // 32)  # hand count: sequences / windows of the split
+  with pytest.raises(sources_lib.DataError) as e:
+    train_lib.train(c, devices=jax.devices()[:1], verbose=False)
+  assert f"the run reads {epochs:.3g} epochs of it (the training split's" in str(e.value)
+  assert "more than data.max_epochs=1e-05" in str(e.value)
+
+
 def test_cli_prints_one_error_line(small_corpus, store_root, tmp_path):
   cmd = [sys.executable, "-m", "chinchax.cli", "train", f"--config={REPO}/configs/train.py:tiny",
          f"--config.workdir={tmp_path / 'run'}", f"--config.data.store_root={store_root}",

@@ -209,7 +209,7 @@ def check_reads(unique: int, asked: int, *, seq_len: int, global_batch_size: int
   epochs = steps * global_batch_size / n_windows
   if max_epochs and epochs > max_epochs:
     raise sources_lib.DataError(
-        f"{what} reads {epochs:.2f} epochs of it ({head}), more than data.max_epochs="
+        f"{what} reads {epochs:.3g} epochs of it ({head}), more than data.max_epochs="
         f"{max_epochs:g}; raise data.max_epochs or data.unique_tokens, or lower the budget")
   if epochs > 1.0 and not allow_repeat:
     raise sources_lib.DataError(
