@@ -13,7 +13,7 @@ import re
 
 import ml_collections
 
-from chinchax import errors
+from chinchax.config_base import ConfigError, check_choice, check_positive  # noqa: F401 (re-exported)
 
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
@@ -31,27 +31,6 @@ LR_SCHEDULES = ("cosine", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
 MAX_DECAY_FRACTION = 0.9  # a wsd decay starts no earlier than the 10% warmup cap (budget.max_warmup_steps)
 CPU_COLLECTIVES = ("gloo", "mpi", "none")
-
-
-class ConfigError(errors.UserError):
-  """A config value is invalid; the message names the value and what is valid."""
-
-
-def check_choice(value, choices, name: str) -> None:
-  """Raises :class:`ConfigError` unless ``value`` is one of ``choices`` (``name``: the knob)."""
-  if value not in choices:
-    raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
-
-
-def check_positive(value, name: str, *, allow_zero: bool = False, integer: bool = False) -> None:
-  """Raises :class:`ConfigError` unless ``value`` is a finite number (an int with ``integer``,
-  never a bool) above 0 (or equal to 0 with ``allow_zero``); ``name``: the knob."""
-  ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else (
-      isinstance(value, (int, float)) and not isinstance(value, bool))
-  if not ok_type or (isinstance(value, float) and not math.isfinite(value)):
-    raise ConfigError(f"{name}={value!r} must be a finite {'integer' if integer else 'number'}")
-  if value < 0 or (value == 0 and not allow_zero):
-    raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
 def parse_save_steps(text) -> tuple[int, ...]:

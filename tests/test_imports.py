@@ -21,7 +21,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 OURS = ("chinchax", "analysis")
 # Modules of the core: no import of a verb, the CLI or analysis.
 CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.config",
-        "chinchax.config_defaults", "chinchax.config_checks", "chinchax.config_ladders",
+        "chinchax.config_defaults", "chinchax.config_base", "chinchax.config_checks", "chinchax.config_ladders",
         "chinchax.laws", "chinchax.laws_repeat", "chinchax.budget", "chinchax.model", "chinchax.attention",
         "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
         "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
