@@ -47,10 +47,16 @@ def cache_context(cache_bytes: int) -> ts.Context:
   return ts.Context({"cache_pool": {"total_bytes_limit": int(max(cache_bytes, 0))}})
 
 
-def _check_windows(starts, length: int) -> np.ndarray:
+def _check_windows(starts, length: int, n_tokens: int | None = None) -> np.ndarray:
+  """``starts`` as int64 [n]; ValueError for a negative length, IndexError for a window that
+  leaves an array of ``n_tokens`` tokens (when given)."""
   starts = np.asarray(starts, dtype=np.int64).reshape(-1)
   if length < 0:
     raise ValueError(f"window length {length} is negative")
+  if n_tokens is not None and len(starts) and (starts.min() < 0
+                                               or starts.max() + length > n_tokens):
+    raise IndexError(f"a window of {length} tokens at {starts.min()}..{starts.max()} leaves "
+                     f"the array of {n_tokens} tokens")
   return starts
 
 
@@ -175,10 +181,7 @@ class ChunkFileReader:
 
   def read_windows(self, starts, length: int) -> np.ndarray:
     """Tokens [s, s + length) for every s of ``starts`` [n] (all inside the array): [n, length]."""
-    starts = _check_windows(starts, length)
-    if len(starts) and (starts.min() < 0 or starts.max() + length > self.n_tokens):
-      raise IndexError(f"a window of {length} tokens at {starts.min()}..{starts.max()} leaves "
-                       f"the array of {self.n_tokens} tokens")
+    starts = _check_windows(starts, length, self.n_tokens)
     out = np.empty((len(starts), length), self.dtype)
     for j, s in enumerate(starts.tolist()):
       self._copy(out[j], s)
@@ -217,10 +220,7 @@ class RangeReader:
 
   def read_windows(self, starts, length: int) -> np.ndarray:
     """Tokens [s, s + length) for every s of ``starts`` [n] (all inside the array): [n, length]."""
-    starts = _check_windows(starts, length)
-    if len(starts) and (starts.min() < 0 or starts.max() + length > self.n_tokens):
-      raise IndexError(f"a window of {length} tokens at {starts.min()}..{starts.max()} leaves "
-                       f"the array of {self.n_tokens} tokens")
+    starts = _check_windows(starts, length, self.n_tokens)
     out = np.empty((len(starts), length), self.dtype)
     size, c, pieces = self.dtype.itemsize, self.chunk, []
     with ts.Batch() as batch:
