@@ -90,6 +90,7 @@ def test_cli_published_constants_json_and_written_config(tmp_path):
   spec.loader.exec_module(mod)
   cfg = mod.get_config()
   assert cfg.data.allow_repeat is True and cfg.data.unique_tokens == 100_000_000
+  assert cfg.data.unique_order == "shuffled"  # a uniform sample, as the repeat ladder fits
   rc, out, err = run_cli("--flops", 1e19, "--unique-tokens", 1e8, "--law",
                          "chinchilla-approach3", "--json")
   d = json.loads(out)["data_limit"]

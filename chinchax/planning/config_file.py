@@ -66,9 +66,12 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
     sections.setdefault(name, {}).update(values)
   for name, knob, value in recipe.get("overrides") or ():  # plan --set, last
     sections.setdefault(name, {})[knob] = value
-  if plan.data_limit:  # plan --unique-tokens: train in epochs over the first U tokens
-    sections.setdefault("data", {}).update(
-        allow_repeat=True, unique_tokens=int(round(plan.data_limit["unique_tokens"])))
+  if plan.data_limit:  # plan --unique-tokens: train in epochs over U tokens of whole documents
+    data = sections.setdefault("data", {})
+    data.update(allow_repeat=True, unique_tokens=int(round(plan.data_limit["unique_tokens"])))
+    # A uniform sample of documents, as the repeat ladder's laws were fitted (a store-order
+    # prefix is unlike the validation split: docs/data-constrained.md); --set may say otherwise.
+    data.setdefault("unique_order", "shuffled")
   return sections, cpu_devices, cpu_note
 
 
