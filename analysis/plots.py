@@ -37,14 +37,7 @@ _APPROACH_COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:green"}
 _PUBLISHED_STYLES = ("--", ":", "-.", (0, (5, 2, 1, 2)), (0, (1, 3)))
 
 
-def _save(fig, out_dir: str, stem: str) -> list[str]:
-  paths = []
-  for ext in ("png", "svg"):
-    path = os.path.join(out_dir, f"{stem}.{ext}")
-    fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")
-    paths.append(path)
-  plt.close(fig)
-  return paths
+_save = repeat_report.save_figure
 
 
 def _budget_colors(budgets: np.ndarray):

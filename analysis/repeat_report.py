@@ -271,9 +271,15 @@ def plot_repeat(report: RepeatReport, out_dir: str) -> list[str]:
   ax.set_title("Repeated data: loss vs epochs per unique size")
   ax.legend(fontsize=7)
   os.makedirs(out_dir, exist_ok=True)
+  return save_figure(fig, out_dir, "repeat")
+
+
+def save_figure(fig, out_dir: str, stem: str) -> list[str]:
+  """``fig`` written as ``out_dir/stem.png`` (130 dpi) and ``.svg``, then closed; the paths.
+  (The fit's other figures, :mod:`analysis.plots`, are saved through it too.)"""
   paths = []
   for ext in ("png", "svg"):
-    path = os.path.join(out_dir, f"repeat.{ext}")
+    path = os.path.join(out_dir, f"{stem}.{ext}")
     fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")
     paths.append(path)
   plt.close(fig)
