@@ -13,19 +13,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from chinchax import laws
-from chinchax import paths as paths_lib
-from analysis import fit_repeat as fit_repeat_lib
+from chinchax.laws import parametric as laws
+from chinchax.storage import paths as paths_lib
+from analysis.repeat import fit as fit_repeat_lib
 from analysis import plots
-from analysis import repeat_report
+from analysis.repeat import report as repeat_report
 from analysis import report as reportlib
 from analysis import validation as validation_lib
-from analysis.approach3 import HUBER_DELTA, parse_grid, start_grid
-from analysis.approaches import APPROACHES, FitOptions
-from analysis.bootstrap import DEFAULT_METHOD, check_method
-from analysis.diagnostics import outside_interval
+from analysis.isoflop.approach3 import HUBER_DELTA, parse_grid, start_grid
+from analysis.isoflop.approaches import APPROACHES, FitOptions
+from analysis.isoflop.bootstrap import DEFAULT_METHOD, check_method
+from analysis.isoflop.diagnostics import outside_interval
 from analysis.errors import ApproachUnsupported, FitError, FitOptionError
-from analysis.fit import FitReport, fit_all
+from analysis.isoflop.fit import FitReport, fit_all
 from analysis.io import load_results
 
 DEFAULT_JOBS = min(2, os.cpu_count() or 1)  # processes for Approach 3's starts
@@ -67,10 +67,10 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       (Besiroglu et al. 2024, arXiv 2404.10102, drop 5 from Chinchilla's data).
     min_budgets: fewest IsoFLOP budgets the table must have.
     compare: published law names or fit JSON paths to draw and tabulate beside
-      the fit; None: every law of :data:`chinchax.laws.PUBLISHED_LAWS`.
+      the fit; None: every law of :data:`chinchax.laws.parametric.PUBLISHED_LAWS`.
     figures: whether to write the figures (PNG and SVG).
     log: progress printer (one line per call); None prints nothing.
-    warn: printer of the fit's warnings (:mod:`analysis.diagnostics`, one
+    warn: printer of the fit's warnings (:mod:`analysis.isoflop.diagnostics`, one
       line each, without a "warning:" prefix); None: through ``log`` as
       "warning: ...". They are in ``fit.json`` and ``fit.md`` either way.
     window: Approach 2: fit each parabola on the sizes within ``window``
@@ -79,21 +79,21 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     loss: Approach 3's loss, "huber" or "asymmetric".
     asymmetry: factor on under-predicted runs of the asymmetric loss.
     grid: Approach 3's start grid: a spec for
-      :func:`analysis.approach3.parse_grid` ("alpha=0:1:11,...") or an array
-      (S, 5); None: :func:`analysis.approach3.default_grid` (Chinchilla's
+      :func:`analysis.isoflop.approach3.parse_grid` ("alpha=0:1:11,...") or an array
+      (S, 5); None: :func:`analysis.isoflop.approach3.default_grid` (Chinchilla's
       4500 starts unless every loss lies above e).
     bootstrap_method: "residuals" (default: each replicate keeps the table's
       N, D and budgets and resamples the noise, the pooled residuals in ln L
       of per-budget quadratics) or "runs" (resample runs with replacement);
-      :func:`analysis.bootstrap.bootstrap`.
+      :func:`analysis.isoflop.bootstrap.bootstrap`.
     envelope: Approach 1's reading of the envelope, "quadratic" or "argmin"
-      (:func:`analysis.approach1.fit_approach1`).
+      (:func:`analysis.isoflop.approach1.fit_approach1`).
     repeat_base: a table whose runs repeat data: the single-epoch law of the repetition
-      fits (:mod:`analysis.repeat_report`); None: the table's own Approach 3.
+      fits (:mod:`analysis.repeat.report`); None: the table's own Approach 3.
     repeat_base_from: where ``repeat_base`` comes from, in words.
 
   Returns:
-    The :class:`~analysis.fit.FitReport`.
+    The :class:`~analysis.isoflop.fit.FitReport`.
 
   Raises:
     FitOptionError: an unknown law in ``compare``, an unknown ``approach``, or
@@ -175,7 +175,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
 
 def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say, base=None,
                 base_from: str = "") -> object:
-  """The repetition fits of a table whose runs repeat data (analysis.repeat_report), with
+  """The repetition fits of a table whose runs repeat data (analysis.repeat.report), with
   ``base`` as the single-epoch law, else Approach 3's when it was fitted; {"status":
   "skipped"} when they fail."""
   a3 = report.results.get("3")

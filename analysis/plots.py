@@ -10,7 +10,7 @@
 * ``residuals``: ln L_pred - ln L of Approach 3 vs N and vs C (or the
   parabola residuals of Approach 2 when Approach 3 was not fitted).
 * ``repeat`` (runs that repeat data): loss vs epochs per unique size with both
-  repetition laws (:func:`analysis.repeat_report.plot_repeat`).
+  repetition laws (:func:`analysis.repeat.report.plot_repeat`).
 * ``starts`` (with a user-given Approach-3 start grid): the objective over
   the grid's (alpha, beta) plane, at the starts and where L-BFGS ended from
   them (lowest over the other coordinates), with the optimum marked.
@@ -27,10 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from chinchax import laws  # noqa: E402
-from analysis.approach3 import THETA_NAMES, huber_objective  # noqa: E402
-from analysis.fit import FitReport  # noqa: E402
-from analysis import repeat_report  # noqa: E402
+from chinchax.laws import parametric as laws
+from analysis.isoflop.approach3 import THETA_NAMES, huber_objective  # noqa: E402
+from analysis.isoflop.fit import FitReport  # noqa: E402
+from analysis.repeat import report as repeat_report
 from analysis.runs import flops_6nd, tokens_6nd  # noqa: E402
 
 _APPROACH_COLORS = {"1": "tab:blue", "2": "tab:orange", "3": "tab:green"}

@@ -1,4 +1,4 @@
-"""The recipe a fitted law holds for, from the rows of its results table (``chinchax.recipe``).
+"""The recipe a fitted law holds for, from the rows of its results table (``chinchax.laws.recipe``).
 
 ``fit.json`` records what the fitted runs shared (:func:`table_recipe`):
 tokenizer, corpus, seq_len, shape family, init, LR and batch rule, schedule,
@@ -7,7 +7,7 @@ optimizer and N kind, each a single value where every run agrees and a
 peak LR and the median tuned multiplier of the rule's LR. A table without
 recipes (a CSV, or rows from an older chinchax) gets what its rows do say
 (seq_len, vocabulary, the LR rule's name) and ``complete: false``. The loss
-units of the law (:class:`chinchax.law_units.LossUnits`) follow from the
+units of the law (:class:`chinchax.laws.units.LossUnits`) follow from the
 recipe's tokenizer and corpus, with the runs' median bytes per token (from
 their eval loss and bits per byte).
 """
@@ -20,8 +20,8 @@ import os
 
 import numpy as np
 
-from chinchax import law_units
-from chinchax import recipe as recipe_lib
+from chinchax.laws import units as law_units
+from chinchax.laws import recipe as recipe_lib
 
 
 def _rows(path: str) -> list[dict] | None:
@@ -71,7 +71,7 @@ def table_recipe(path: str) -> dict:
   """The recipe of the finished grid runs of the results table at ``path`` (module docstring).
 
   Returns:
-    :func:`chinchax.recipe.combine`'s dict; ``hparams.tuned`` when the runs were tuned;
+    :func:`chinchax.laws.recipe.combine`'s dict; ``hparams.tuned`` when the runs were tuned;
     ``source`` says whether the rows recorded recipes (``"rows"``), only some of their
     fields (``"older rows"``) or nothing (``"none"``: a CSV).
   """

@@ -8,7 +8,7 @@ JSON layout (``fit.json``):
   have one, the windows per run), or null when the table has no SEs.
 * top level ``E``, ``A``, ``B``, ``alpha``, ``beta``, ``a``, ``b``, ``G`` — the
   Approach-3 law when Approach 3 was fitted (so that
-  :func:`chinchax.laws.get_law` can load the file and ``chinchax plan`` can use it).
+  :func:`chinchax.laws.parametric.get_law` can load the file and ``chinchax plan`` can use it).
 * ``approach1`` / ``approach2`` / ``approach3``: ``status`` ("ok" | "skipped"
   with ``reason``), the parameters, ``fit_range_flops`` ((C_min, C_max) of the
   budgets used, so ``chinchax plan --law fit.json`` can warn about
@@ -16,18 +16,18 @@ JSON layout (``fit.json``):
   parameter and exponent), ``std`` and ``bootstrap`` (how it was drawn).
 * ``warnings``: every warning as {"approach", "message"} (also in ``fit.md``).
 * ``agreement``: Approaches 1 and 2's |Δa| against 0.05 and Approach 3's form
-  check (:func:`analysis.diagnostics.agreement`; "Agreement" in ``fit.md``).
+  check (:func:`analysis.isoflop.diagnostics.agreement`; "Agreement" in ``fit.md``).
 * ``frontier``: per C, each approach's N_opt, D_opt, tokens per parameter,
   predicted loss (Approach 3) and the bootstrap interval of N_opt.
 * ``published``: the published laws' exponents and their allocation at the
   data's largest C, for comparison.
 * ``repeat`` (a table whose runs repeat data, D > unique_tokens): the repetition laws'
-  fits (:mod:`analysis.repeat_report`: form, params, intervals, leave-one-unique-size-out
+  fits (:mod:`analysis.repeat.report`: form, params, intervals, leave-one-unique-size-out
   errors, the validation run's predictions); Approaches 1-3 then fit the runs of one epoch
   or less.
 * ``recipe``: what the fitted runs shared (tokenizer, corpus, seq_len, shape family, init,
   LR/batch rule, schedule, optimizer, N kind; :mod:`analysis.recipe`), and ``units``: what
-  the law's loss is measured in (:class:`chinchax.law_units.LossUnits`).
+  the law's loss is measured in (:class:`chinchax.laws.units.LossUnits`).
 """
 
 from __future__ import annotations
@@ -39,17 +39,17 @@ from typing import Sequence
 
 import numpy as np
 
-from chinchax import laws
-from analysis import approach2
+from chinchax.laws import parametric as laws
+from analysis.isoflop import approach2
 from analysis import recipe as recipe_lib
-from analysis import repeat_report
+from analysis.repeat import report as repeat_report
 from analysis import validation as validation_lib
-from analysis.approach1 import APPROACH1_QUADRATIC_SIZES
-from analysis.approach3 import THETA_NAMES
-from analysis.approaches import APPROACHES
-from analysis.bootstrap import BootstrapResult, percentile_interval, residual_pool
-from analysis.diagnostics import agreement, agreement_markdown
-from analysis.fit import FitReport
+from analysis.isoflop.approach1 import APPROACH1_QUADRATIC_SIZES
+from analysis.isoflop.approach3 import THETA_NAMES
+from analysis.isoflop.approaches import APPROACHES
+from analysis.isoflop.bootstrap import BootstrapResult, percentile_interval, residual_pool
+from analysis.isoflop.diagnostics import agreement, agreement_markdown
+from analysis.isoflop.fit import FitReport
 
 
 def _f(x) -> float | None:

@@ -59,7 +59,7 @@ class Runs:
       validation run): read, never fitted (:mod:`analysis.validation`).
     unique_tokens: unique tokens U each run drew its D tokens from (the table's
       ``unique_tokens``; D / U epochs), shape (R,), inf where a row does not say
-      (fresh data); None: no row says (:mod:`analysis.fit_repeat`).
+      (fresh data); None: no row says (:mod:`analysis.repeat.fit`).
   """
 
   N: np.ndarray

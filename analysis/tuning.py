@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from analysis.approaches import fit_approach
+from analysis.isoflop.approaches import fit_approach
 from analysis.errors import FitError, ResultsError
 from analysis.io import load_results
 

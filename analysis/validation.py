@@ -3,7 +3,7 @@
 A ladder's ``validation`` row (``"role": "validation"`` in ``results.jsonl``)
 is never fitted. After the fit, the law the report gives (the same one
 ``chinchax plan --law fit.json`` reads: Approach 3's L(N, D) when it was
-fitted, :func:`chinchax.laws.law_from_dict`) predicts that run's final eval
+fitted, :func:`chinchax.laws.parametric.law_from_dict`) predicts that run's final eval
 loss at its exact N and D, and the prediction is compared with the measured
 loss: ``rel_error = (measured − predicted) / predicted``. This is the
 out-of-sample check of Hoffmann et al. 2022 (Sec. 3.4 / Table 3, where the
@@ -12,7 +12,7 @@ fitted law's allocation is trained as Chinchilla and its loss compared).
 
 from __future__ import annotations
 
-from chinchax import laws
+from chinchax.laws import parametric as laws
 
 
 def validation_block(data: dict, row: dict) -> dict:

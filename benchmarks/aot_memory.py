@@ -4,7 +4,7 @@
 
 For each row (a model shape, a batch, a target, a mesh, a remat policy) it
 compiles ``chinchax train``'s step ahead of time (``chinchax.aot``) and prints
-the analytic per-device memory (``chinchax.work.mesh_memory_per_device``)
+the analytic per-device memory (``chinchax.cost.work.mesh_memory_per_device``)
 beside XLA's (arguments + outputs − aliased + temporaries + code), their
 ratio, XLA's FLOPs per layer over the analytic count, and the collectives'
 wire bytes beside what the sharding table predicts (:func:`predicted_collectives`):
@@ -29,7 +29,7 @@ import json
 import sys
 import time
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
 from chinchax.aot import program as program_lib
 from chinchax.aot import report as report_lib

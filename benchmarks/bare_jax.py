@@ -1,7 +1,7 @@
 """A minimal bare-JAX twin of chinchax's model and optimizer, timed against chinchax's train step.
 
 The framework-overhead check of ``chinchax bench`` (issue 5, acceptance 3):
-the same decoder-only transformer as ``chinchax.model`` — token embedding,
+the same decoder-only transformer as ``chinchax.model.transformer`` — token embedding,
 pre-norm RMSNorm, causal multi-head attention with RoPE, SwiGLU MLP, final
 RMSNorm, output head tied to the embedding, no biases, float32 parameters with
 matmuls in the compute dtype and float32 logits — and the same optimizer as
@@ -17,7 +17,7 @@ Run (one CPU device, alternating chinchax / bare blocks in one process)::
 
 It prints the per-step medians of both and their ratio (chinchax / bare;
 issue 5 asks for ≤ 1.10) and writes ``bare_jax.json`` to ``--out``.
-Tensor names carry their shapes as in ``chinchax.model``: B batch, T tokens,
+Tensor names carry their shapes as in ``chinchax.model.transformer``: B batch, T tokens,
 D d_model, H heads, K head_dim, F d_ff, V vocab.
 """
 
@@ -270,7 +270,7 @@ def compare(cfg: BareConfig, rounds: int = 12, steps: int = 2, warmup: int = 2,
     "round_ratios": per-round ratios, ...}; seconds per step.
   """
   from flax import nnx
-  from chinchax import sharding as sharding_lib
+  from chinchax.model import sharding as sharding_lib
   from chinchax import train as train_lib
   device = jax.devices()[0]
   c = chinchax_config(cfg)

@@ -27,8 +27,8 @@ Approach 1) is the law at 16 FLOP values log-spaced over the run's last
 decade, times the same factor.
 
 Every ladder is fitted with the project's own functions
-(:func:`analysis.approaches.fit_approach`) and bootstrapped
-(:func:`analysis.bootstrap.bootstrap`, the default ``"residuals"`` method
+(:func:`analysis.isoflop.approaches.fit_approach`) and bootstrapped
+(:func:`analysis.isoflop.bootstrap.bootstrap`, the default ``"residuals"`` method
 unless ``--method runs``). Per approach and setting the table gives the share
 of ladders whose 95% interval of a covers the true a, its Monte-Carlo
 standard error sqrt(p(1 - p)/n), the shares of intervals wholly below and
@@ -37,7 +37,7 @@ the ladders (an honest interval is about 2·1.96 s.d. wide) and the budgets
 that Approach 2's replicates left out; a last row pools all settings.
 Ladders whose full fit fails are counted apart ("not fitted").
 ``--fixed-design`` refits Approach 2's replicates on the full fit's budgets
-and sizes (:mod:`analysis.approach2_design`) instead of choosing them again.
+and sizes (:mod:`analysis.isoflop.approach2_design`) instead of choosing them again.
 Approach 3 (``--approach3``) starts L-BFGS from a 32-point grid to stay cheap.
 ``--settings wide`` runs :data:`WIDE_SETTINGS` instead: grids of ±16× and ±32× around
 the optimum, where the law's IsoFLOP profiles are visibly not parabolas in ln N, each
@@ -57,10 +57,10 @@ import time
 
 import numpy as np
 
-from chinchax import laws
-from analysis.approach3 import parse_grid, start_grid
-from analysis.approaches import FitOptions, fit_approach
-from analysis.bootstrap import DEFAULT_METHOD, METHODS, bootstrap
+from chinchax.laws import parametric as laws
+from analysis.isoflop.approach3 import parse_grid, start_grid
+from analysis.isoflop.approaches import FitOptions, fit_approach
+from analysis.isoflop.bootstrap import DEFAULT_METHOD, METHODS, bootstrap
 from analysis.errors import FitError
 from analysis.runs import Runs, runs_from_arrays, tokens_6nd
 
@@ -125,7 +125,7 @@ DEFAULT_SETTINGS = (
 )
 
 # Wide grids (±16×, ±32× around the optimum, as in published ladders): the law's IsoFLOP
-# profiles are not parabolas in ln N over such spans (analysis.approach2's "span" warning), so
+# profiles are not parabolas in ln N over such spans (analysis.isoflop.approach2's "span" warning), so
 # a whole-grid quadratic is biased and its residuals are misfit; each with and without --window.
 WIDE_SETTINGS = (
     Setting("chinchilla", 8, 11, 0.005, span=16.0),
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
   p.add_argument("--only", choices=("1", "2", "3"), default=None, help="one approach only")
   p.add_argument("--fixed-design", action="store_true",
                  help="Approach 2's replicates refit the full fit's budgets and sizes instead "
-                      "of choosing them again (analysis.approach2_design; for comparison)")
+                      "of choosing them again (analysis.isoflop.approach2_design; for comparison)")
   p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
   p.add_argument("--json", default=None, help="also write the study here")
   p.add_argument("--settings", choices=tuple(SETTINGS), default="default",

@@ -82,7 +82,7 @@ def check(out: pathlib.Path) -> list[str]:
   if generated.shape[1] <= batch["input_ids"].shape[1]:
     failed.append("generate produced no tokens")
   try:
-    from chinchax import export as export_lib
+    from chinchax.export import writer as export_lib
     import safetensors.numpy as st
   except ImportError:
     print(f"  ({out}: chinchax not importable here; logits not compared)")
@@ -109,8 +109,8 @@ def check_import() -> list[str]:
   from flax import nnx
 
   from chinchax import config as config_lib
-  from chinchax import export as export_lib
-  from chinchax import sharding as sharding_lib
+  from chinchax.export import writer as export_lib
+  from chinchax.model import sharding as sharding_lib
   from chinchax.export import hf_load, hf_source
   from chinchax.train import spec as spec_lib
   from chinchax.train import step as step_lib

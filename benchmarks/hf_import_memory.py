@@ -111,12 +111,12 @@ def _status_kb(field: str) -> int:
 
 def measure(directory: pathlib.Path, devices: int) -> dict:
   """Imports ``directory`` onto ``devices`` CPU devices in this (fresh) process; the figures."""
-  from chinchax import runtime
+  from chinchax.runtime import jax_settings as runtime
   runtime.setup_cpu_devices(devices)
   import jax
 
   from chinchax import config as config_lib
-  from chinchax import sharding as sharding_lib
+  from chinchax.model import sharding as sharding_lib
   from chinchax.export import hf_load, hf_source
   from chinchax.train import spec as spec_lib
   from chinchax.train import step as step_lib

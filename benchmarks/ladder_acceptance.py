@@ -176,7 +176,7 @@ def markdown(f: dict) -> str:
   if "E" in f:
     e = f["E"]
     # Not on a bound: the interval stays off E = 0, the optimum lies inside the box of starts
-    # and an interior start reaches it (analysis.diagnostics warns otherwise).
+    # and an interior start reaches it (analysis.isoflop.diagnostics warns otherwise).
     inside = (e["ci"][0] > 1e-3 and e["optimum_inside_grid"]
               and e["n_interior_starts_at_best"] > 0)
     lines.append(f"| Approach 3 E | {e['E']:.3f} [{e['ci'][0]:.3g}, {e['ci'][1]:.3g}], optimum "

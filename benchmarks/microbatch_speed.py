@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
-import chinchax.model as model_lib
+from chinchax.model import sharding as sharding_lib
+import chinchax.model.transformer as model_lib
 import chinchax.train.loss as loss_lib
 import chinchax.train.spec as spec_lib
 import chinchax.train.step as step_lib

@@ -32,13 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from chinchax import bench
-from chinchax import budget
-from chinchax import sharding as sharding_lib
+from chinchax.cost import budget
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 from chinchax.planning import measure as measure_lib
 from chinchax.planning import shapes as shapes_lib
-from chinchax import step_time as step_time_lib
-from chinchax import work as work_lib
+from chinchax.cost import step_time as step_time_lib
+from chinchax.cost import work as work_lib
 
 SEQ = 128
 V = 257

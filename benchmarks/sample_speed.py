@@ -18,7 +18,7 @@ import statistics
 import numpy as np
 from flax import nnx
 
-from chinchax import model as model_lib
+from chinchax.model import transformer as model_lib
 from chinchax.sample import generate as generate_lib
 from chinchax.sample import strategies
 

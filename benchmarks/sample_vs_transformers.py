@@ -44,7 +44,7 @@ def _numpy_greedy(out: pathlib.Path, prompt: str, n: int) -> tuple[list[int], st
   import safetensors.numpy as st
   import tokenizers
 
-  from chinchax import export
+  from chinchax.export import writer as export
 
   tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
   tok.encode_special_tokens = True  # special tokens inside text are text, as in chinchax
@@ -62,7 +62,7 @@ def _numpy_greedy(out: pathlib.Path, prompt: str, n: int) -> tuple[list[int], st
 
 def compare(workdir: str, prompt: str, n: int, use_numpy: bool) -> tuple[bool, str]:
   """(equal?, a line saying so) for one run."""
-  from chinchax import export
+  from chinchax.export import writer as export
   from chinchax.sample import run as run_lib
   from chinchax.sample import strategies
 

@@ -32,9 +32,9 @@ if __name__ == "__main__":
 import jax
 import numpy as np
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax.ladder import grid
 import chinchax.train.spec as spec_lib
 import chinchax.train.step as step_lib

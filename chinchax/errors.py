@@ -23,4 +23,4 @@ class UserError(ValueError):
 class InterruptedWith(KeyboardInterrupt):
   """A Ctrl-C whose stage says what it kept (e.g. the token store's finished shards): the
   command line prints its message, which starts with ``interrupted``, as the one line in
-  place of the general one (:func:`chinchax.interrupts.message`)."""
+  place of the general one (:func:`chinchax.runtime.interrupts.message`)."""

@@ -23,7 +23,7 @@ Variants:
              3 N levels × n_layers 1, 2, 4 at ≈ equal N; warmup-stable-decay runs whose
              steps are fixed at the decay from their own measured step time
              (ladder.time_control=decay); then a validation run of 120 s
-             (chinchax.ladder.isotime, isoclock, analysis.isotime).
+             (chinchax.ladder.isotime, isoclock, analysis.isotime.fit).
   repeat     data-constrained: 4 IsoFLOP budgets (1e10 … 2.56e11) × 5 sizes, each trained at
              ladder.unique_tokens = 0 (the whole split), 400,000 and 100,000 tokens of whole
              documents drawn in a seeded random order (data.unique_tokens, data.unique_order:

@@ -77,7 +77,7 @@ def point_clients_at(url: str) -> None:
   os.environ.update(STORAGE_EMULATOR_HOST=url, TENSORSTORE_GCS_HTTP_URL=url,
                     GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
                     GOOGLE_AUTH_TOKEN_FOR_TESTING="emulator")
-  from chinchax import gcs as gcs_lib
+  from chinchax.storage import gcs as gcs_lib
   gcs_lib.configure()
   gcs_lib._client.cache_clear()
 

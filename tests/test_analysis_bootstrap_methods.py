@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 
 from chinchax import cli as chinchax_cli
-from chinchax import laws
+from chinchax.laws import parametric as laws
 from analysis import pipeline
-from analysis.approach3 import parse_grid, start_grid
-from analysis.approaches import FitOptions, fit_approach
-from analysis.bootstrap import METHODS, bootstrap, residual_pool, residual_replicate
+from analysis.isoflop.approach3 import parse_grid, start_grid
+from analysis.isoflop.approaches import FitOptions, fit_approach
+from analysis.isoflop.bootstrap import METHODS, bootstrap, residual_pool, residual_replicate
 from analysis.errors import FitOptionError
-from analysis.fit import fit_all
+from analysis.isoflop.fit import fit_all
 from analysis.io import write_results_jsonl
 from analysis.runs import runs_from_arrays, tokens_6nd
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 BUDGETS = np.geomspace(1e18, 1e21, 4)

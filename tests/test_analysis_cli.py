@@ -8,12 +8,14 @@ import sys
 import numpy as np
 import pytest
 
-from chinchax import errors, laws
-from analysis import approach3, pipeline
+from chinchax import errors
+from chinchax.laws import parametric as laws
+from analysis import pipeline
+from analysis.isoflop import approach3
 from chinchax import cli as chinchax_cli
 from analysis.errors import ApproachUnsupported, FitOptionError, ResultsError
 from analysis.io import write_results_jsonl
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 BUDGETS = np.geomspace(1e18, 1e21, 7)

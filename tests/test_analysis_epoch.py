@@ -14,7 +14,7 @@ import os
 import pytest
 
 from chinchax import cli as chinchax_cli
-from chinchax import laws
+from chinchax.laws import parametric as laws
 
 EPOCH_CSV = "/work/shared/reference/epoch_chinchilla_svg_extracted_data.csv"
 TOLERANCE = {"E": 0.03, "A": 0.03, "B": 0.05, "alpha": 0.03, "beta": 0.03}

@@ -3,16 +3,16 @@
 import numpy as np
 import pytest
 
-from chinchax import laws
-from analysis.approach1 import APPROACH1_N_POINTS, fit_approach1, smooth_curve
-from analysis.approach2 import fit_approach2
-from analysis.approach3 import chinchilla_grid, fit_approach3, huber_objective
-from analysis.approaches import support_reason
-from analysis.bootstrap import bootstrap
+from chinchax.laws import parametric as laws
+from analysis.isoflop.approach1 import APPROACH1_N_POINTS, fit_approach1, smooth_curve
+from analysis.isoflop.approach2 import fit_approach2
+from analysis.isoflop.approach3 import chinchilla_grid, fit_approach3, huber_objective
+from analysis.isoflop.approaches import support_reason
+from analysis.isoflop.bootstrap import bootstrap
 from analysis.errors import ApproachUnsupported, FitOptionError
-from analysis.fit import fit_all
+from analysis.isoflop.fit import fit_all
 from analysis.runs import runs_from_arrays
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 BUDGETS = np.geomspace(1e18, 1e21, 7)

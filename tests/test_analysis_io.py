@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from chinchax import laws
+from chinchax.laws import parametric as laws
 from analysis.io import ResultsError, load_results, write_results_jsonl
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 
 EPOCH_CSV = "/work/shared/reference/epoch_chinchilla_svg_extracted_data.csv"
 

@@ -1,4 +1,4 @@
-"""Tests of chinchax.laws: the parametric law, its closed-form frontier, published laws."""
+"""Tests of chinchax.laws.parametric: the parametric law, its closed-form frontier, published laws."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from chinchax import laws
+from chinchax.laws import parametric as laws
 
 
 def test_loss_formula_and_broadcasting():

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from analysis import approach2 as approach2_lib
-from analysis.approach2 import (curvature_se_from_noise, fit_approach2, fit_isoflop_parabola)
+from analysis.isoflop import approach2 as approach2_lib
+from analysis.isoflop.approach2 import (curvature_se_from_noise, fit_approach2, fit_isoflop_parabola)
 from analysis.errors import ResultsError
-from analysis.fit import fit_all
+from analysis.isoflop.fit import fit_all
 from analysis.io import load_results, write_results_jsonl
 from analysis.report import markdown, report_dict, write_report
 from analysis.runs import runs_from_arrays

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from chinchax import cli as chinchax_cli
-from chinchax import laws
-from analysis import approach3
-from analysis.approach2 import fit_approach2, fit_isoflop_parabola
-from analysis.approach3 import fit_approach3, huber_objective, parse_grid, start_grid
-from analysis.bootstrap import bootstrap
+from chinchax.laws import parametric as laws
+from analysis.isoflop import approach3
+from analysis.isoflop.approach2 import fit_approach2, fit_isoflop_parabola
+from analysis.isoflop.approach3 import fit_approach3, huber_objective, parse_grid, start_grid
+from analysis.isoflop.bootstrap import bootstrap
 from analysis.runs import runs_from_arrays
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
 GOOD = np.geomspace(1e18, 1e20, 4)

@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 from chinchax.aot import plancheck
 from chinchax.aot import search as search_lib
 from chinchax.aot import topology

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from analysis import aspect_law
-from chinchax import laws
+from analysis.isotime import aspect_law
+from chinchax.laws import parametric as laws
 from chinchax.planning import allocate
 
 PLAIN = laws.ParametricLaw(name="truth", E=1.25, A=160.0, B=2000.0, alpha=0.62, beta=0.66)

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from chinchax import attention as attention_lib
+from chinchax.model import attention as attention_lib
 from chinchax import bench
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import cli
 from chinchax import config as config_lib
 from chinchax import train as train_lib
 from chinchax.bench import __main__ as bench_main
 from chinchax.bench import isolate
 from chinchax.cli import plan as plan_cli
-from chinchax import step_time
-from chinchax import work
+from chinchax.cost import step_time
+from chinchax.cost import work
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -251,7 +251,7 @@ def test_attention_switch_falls_back_with_a_message(capsys):
 def test_splash_kernel_matches_xla_attention_sharded_in_interpret_mode():
   """The TPU kernel run by the Pallas interpreter, per shard of a (2, 2, 2) mesh, with grads."""
   from jax.sharding import NamedSharding
-  from chinchax import sharding as sharding_lib
+  from chinchax.model import sharding as sharding_lib
   keys = jax.random.split(jax.random.key(0), 3)
   q, k, v = (jax.random.normal(x, (4, 128, 2, 8), jnp.float32) for x in keys)
   mesh = sharding_lib.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
@@ -288,7 +288,7 @@ def _load_bare():
 
 
 def test_bare_jax_twin_matches_chinchax_step_for_step():
-  from chinchax import sharding as sharding_lib
+  from chinchax.model import sharding as sharding_lib
   bare = _load_bare()
   cfg = bare.BareConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, seq_len=16,
                         global_batch_size=4, warmup_steps=1, decay_steps=10)

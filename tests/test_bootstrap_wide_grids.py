@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from chinchax import laws
-from analysis import synthetic
-from analysis.approaches import FitOptions, fit_approach
-from analysis.bootstrap import bootstrap, residual_pool
-from analysis.diagnostics import approach_warnings
+from chinchax.laws import parametric as laws
+from analysis.isoflop import synthetic
+from analysis.isoflop.approaches import FitOptions, fit_approach
+from analysis.isoflop.bootstrap import bootstrap, residual_pool
+from analysis.isoflop.diagnostics import approach_warnings
 from analysis.report import _bounds_text, _boot_dict
 
 LAW = laws.ParametricLaw("wide", E=1.0, A=30.0, B=200.0, alpha=0.35, beta=0.35)

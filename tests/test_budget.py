@@ -1,4 +1,4 @@
-"""FLOP accounting and parameter counts of chinchax.budget.
+"""FLOP accounting and parameter counts of chinchax.cost.budget.
 
 Independent truth: hand counts, the built model, and published tables
 (Chinchilla, Hoffmann et al. 2022: Tables A4 and A9; /work/shared/reference).
@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 
 REFERENCE = pathlib.Path("/work/shared/reference")
 TABLE_A9 = REFERENCE / "chinchilla_tableA9_architectures.csv"
@@ -138,7 +138,7 @@ def test_table_a9_param_counts_within_1pct():
 def test_param_counts_equal_built_model(d, L, H, F, V, tied):
   from flax import nnx
 
-  from chinchax import model as model_lib
+  from chinchax.model import transformer as model_lib
 
   cfg = model_lib.ModelConfig(vocab_size=V, d_model=d, n_layers=L, n_heads=H, d_ff=F,
                               tie_embeddings=tied)

@@ -20,7 +20,7 @@ counts are compared per device.
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
 
 SHAPES = {

@@ -190,7 +190,7 @@ def _unprivileged():
 
 def test_read_only_and_unreadable_paths_name_themselves(tmp_path):
   import tempfile
-  from chinchax import paths
+  from chinchax.storage import paths
   from chinchax.data import sources
   root = pathlib.Path(tempfile.mkdtemp(dir="/tmp", prefix="chinchax-perm-"))
   try:

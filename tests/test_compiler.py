@@ -88,7 +88,7 @@ def test_an_option_xla_refuses_stops_the_run_before_data(tiny_config, tmp_path, 
 
 def test_a_config_saved_without_the_key_compiles_with_auto():
   import ml_collections
-  from chinchax import sharding as sharding_lib
+  from chinchax.model import sharding as sharding_lib
   c = config_lib.get_variant("tiny")
   c.train = ml_collections.ConfigDict({k: v for k, v in c.train.items()
                                        if k != "compiler_options"})

@@ -9,18 +9,18 @@ import sys
 import numpy as np
 import pytest
 
-from chinchax import laws
-from analysis import approach3
-from analysis.approach2 import fit_approach2
-from analysis.approach2_design import refit_on_design
-from analysis.approach3 import parse_grid, start_grid
-from analysis.approaches import FitOptions
-from analysis.bootstrap import bootstrap, residual_pool
-from analysis.diagnostics import AGREEMENT_TOL, agreement, agreement_markdown
-from analysis.fit import fit_all
+from chinchax.laws import parametric as laws
+from analysis.isoflop import approach3
+from analysis.isoflop.approach2 import fit_approach2
+from analysis.isoflop.approach2_design import refit_on_design
+from analysis.isoflop.approach3 import parse_grid, start_grid
+from analysis.isoflop.approaches import FitOptions
+from analysis.isoflop.bootstrap import bootstrap, residual_pool
+from analysis.isoflop.diagnostics import AGREEMENT_TOL, agreement, agreement_markdown
+from analysis.isoflop.fit import fit_all
 from analysis.report import markdown, report_dict
 from analysis.runs import runs_from_arrays
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 
 _PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "coverage.py"
 TRUE = laws.ParametricLaw("true", E=1.8, A=480.0, B=2100.0, alpha=0.35, beta=0.37)
@@ -110,7 +110,7 @@ def test_approach1_and_2_coverage_on_default_settings(cov):
 def test_broken_noise_scale_is_caught(cov, monkeypatch):
   """The coverage check can fail: replicates drawn with a tenth of the residual spread give
   intervals far narrower than a_hat's scatter."""
-  from analysis import bootstrap as bootstrap_lib
+  from analysis.isoflop import bootstrap as bootstrap_lib
   real = bootstrap_lib.residual_pool
 
   def shrunk(runs):

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from chinchax import cli as chinchax_cli
-from chinchax import laws
-from analysis import approach3
+from chinchax.laws import parametric as laws
+from analysis.isoflop import approach3
 from analysis.io import write_results_jsonl
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 from test_interrupts import REPO, _cmd, _env, _losses, reference  # noqa: F401 — a fixture
 
 NOISE = ("Traceback", "ERROR:absl", "Event loop is closed", "Exception ignored")
@@ -127,7 +127,7 @@ def _fill(disk):
 
 
 def test_metrics_row_and_ladder_lease_on_a_full_disk(small_disk):
-  from chinchax import diskfull
+  from chinchax.storage import diskfull
   from chinchax import ladder
   from chinchax.train.metrics import MetricsLog
   disk = small_disk("256k")

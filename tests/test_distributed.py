@@ -22,8 +22,8 @@ import pytest
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import cli
 from chinchax import config as config_lib
-from chinchax import distributed as distributed_lib
-from chinchax import sharding as sharding_lib
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

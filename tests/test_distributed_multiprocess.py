@@ -20,7 +20,7 @@ import time
 import jax
 import pytest
 
-from chinchax import distributed as distributed_lib
+from chinchax.runtime import distributed as distributed_lib
 from chinchax import train as train_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

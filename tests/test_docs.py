@@ -12,7 +12,7 @@ import shlex
 import pytest
 
 from chinchax import cli
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 from chinchax.aot import topology as topology_lib
 from chinchax.cli import flags as flags_lib
 from chinchax.planning import planner

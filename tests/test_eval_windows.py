@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import sources as sources_lib

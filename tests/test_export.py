@@ -12,8 +12,8 @@ import pytest
 st = pytest.importorskip("safetensors.numpy")
 
 from chinchax import cli  # noqa: E402
-from chinchax import export  # noqa: E402
-from chinchax import model as model_lib  # noqa: E402
+from chinchax.export import writer as export  # noqa: E402
+from chinchax.model import transformer as model_lib
 from chinchax.data import tokenizers as tokenizers_lib  # noqa: E402
 
 

@@ -10,7 +10,7 @@ tk = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors.numpy")
 
 from chinchax import cli  # noqa: E402
-from chinchax import export  # noqa: E402
+from chinchax.export import writer as export  # noqa: E402
 from chinchax import train as train_lib  # noqa: E402
 from chinchax.data import tokenizers as tokenizers_lib  # noqa: E402
 from chinchax.export import tokenizer_files  # noqa: E402

@@ -53,7 +53,7 @@ def test_config_verb_help_lists_every_knob_with_its_default_and_comment(capsys, 
   assert rc == 0
   for key, value in _flat(config):
     assert f"    {key} = {value!r}" in out, key
-  # the comment of chinchax/config_defaults.py, units included
+  # the comment of chinchax/config/defaults.py, units included
   assert re.search(r"model\.d_model = \d+ +residual width", out)
   assert "seconds for all processes to reach the coordinator" in out
 

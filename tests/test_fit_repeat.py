@@ -1,4 +1,4 @@
-"""Repetition laws (chinchax.laws_repeat) and their fits (analysis.fit_repeat, repeat_report).
+"""Repetition laws (chinchax.laws.repeat) and their fits (analysis.repeat.fit, repeat_report).
 
 Truth is independent: hand-computed D', penalty and the one-epoch reduction, and synthetic
 runs drawn from each form at known parameters (plus 0.2% noise) fitted back as ``chinchax fit``
@@ -14,12 +14,12 @@ import math
 import numpy as np
 import pytest
 
-from chinchax import laws
-from chinchax import laws_repeat as lr
-from analysis import approach3
-from analysis import fit_repeat as fr
+from chinchax.laws import parametric as laws
+from chinchax.laws import repeat as lr
+from analysis.isoflop import approach3
+from analysis.repeat import fit as fr
 from analysis import pipeline
-from analysis import repeat_report as rr
+from analysis.repeat import report as rr
 from analysis.runs import runs_from_arrays
 
 TRUE_BASE = laws.ParametricLaw(name="truth", E=1.8, A=400.0, B=1500.0, alpha=0.34, beta=0.30)

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from chinchax import attention, budget, cli
+from chinchax import cli
+from chinchax.model import attention
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 from chinchax.checkpoint import CheckpointError
-from chinchax.model import ModelConfig, Transformer, count_params
+from chinchax.model.transformer import ModelConfig, Transformer, count_params
 from chinchax.sample import cache as cache_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -156,7 +158,7 @@ def test_kv_cache_holds_the_grouped_heads():
 
 def test_export_and_resume_guard_of_a_gqa_run(tiny_config, tmp_path, capsys):
   st = pytest.importorskip("safetensors.numpy")
-  from chinchax import export
+  from chinchax.export import writer as export
 
   c = tiny_config
   c.model.update(n_heads=4, n_kv_heads=1)

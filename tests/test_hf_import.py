@@ -16,8 +16,8 @@ st = pytest.importorskip("safetensors.numpy")
 
 from chinchax import cli  # noqa: E402
 from chinchax import config as config_lib  # noqa: E402
-from chinchax import export  # noqa: E402
-from chinchax import sharding as sharding_lib  # noqa: E402
+from chinchax.export import writer as export  # noqa: E402
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib  # noqa: E402
 from chinchax.export import hf_load, hf_source  # noqa: E402
 from chinchax.export.error import HFCheckpointError  # noqa: E402

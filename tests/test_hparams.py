@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hparams
+from chinchax.cost import hparams
 from chinchax import train as train_lib
 
 BASE = hparams.Base(peak_lr=3e-3, global_batch_size=16, b2=0.95, warmup_steps=50)

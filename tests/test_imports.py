@@ -1,10 +1,25 @@
 """The package's shape: imports point one way, no cycles, no hidden imports, configs installed.
 
-Layers (outer may import inner, never the reverse):
-  chinchax.cli  →  verbs (train, ladder, planning, bench, export)  →  core
-  analysis      →  core
-Only chinchax.cli imports analysis. Imports of chinchax / analysis modules sit at
-module top level (a function-level import would hide a cycle).
+The layers, bottom to top (README's layout block shows the same order). A module may import
+modules of its own layer and of the layers below it, never above:
+
+  chinchax.errors, chinchax.console      used by every layer
+  chinchax.storage                       local and gs:// paths, disk-full
+  chinchax.config                        knobs, variants, validation
+  chinchax.runtime                       platforms, jax settings, multi-host, signals
+  chinchax.laws                          parametric and repetition laws, units, recipes
+  chinchax.cost                          counts, FLOPs, bytes, memory, step time, hardware
+  chinchax.model                         transformer, attention, sharding rules
+  chinchax.tracking                      TensorBoard, W&B
+  chinchax.checkpoint, chinchax.data     orbax checkpoints; token stores and pipelines
+  ---- the core ends here; analysis/ may import only the core ----
+  chinchax.export → sample → train → bench → planning → ladder → aot     the verbs
+  analysis: base (errors, runs, io, blas, recipe, validation) → isoflop → repeat
+            → reports (report, plots, pipeline, tuning) → isotime
+  chinchax.cli                           the command line (the only importer of analysis)
+
+Imports of chinchax / analysis modules sit at module top level (a function-level import would
+hide a cycle). A package's ``__init__`` hands names on and holds no logic.
 """
 
 from __future__ import annotations
@@ -19,15 +34,29 @@ import zipfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 OURS = ("chinchax", "analysis")
-# Modules of the core: no import of a verb, the CLI or analysis.
-CORE = ("chinchax.errors", "chinchax.console", "chinchax.runtime", "chinchax.config",
-        "chinchax.config_defaults", "chinchax.config_base", "chinchax.config_checks", "chinchax.config_ladders",
-        "chinchax.laws", "chinchax.laws_repeat", "chinchax.budget", "chinchax.model", "chinchax.attention",
-        "chinchax.sharding", "chinchax.distributed", "chinchax.checkpoint", "chinchax.tblog",
-        "chinchax.hardware", "chinchax.work", "chinchax.step_time", "chinchax.data",
-        "chinchax.paths", "chinchax.hparams", "chinchax.platforms", "chinchax.interrupts",
-        "chinchax.recipe", "chinchax.law_units", "chinchax.gcs", "chinchax.diskfull",
-        "chinchax.wandblog")
+CORE_LAYERS = (
+    ("chinchax.errors", "chinchax.console"),
+    ("chinchax.storage",),
+    ("chinchax.config",),
+    ("chinchax.runtime",),
+    ("chinchax.laws",),
+    ("chinchax.cost",),
+    ("chinchax.model",),
+    ("chinchax.tracking",),
+    ("chinchax.checkpoint", "chinchax.data"),
+)
+VERB_LAYERS = (("chinchax.export",), ("chinchax.sample",), ("chinchax.train",), ("chinchax.bench",),
+               ("chinchax.planning",), ("chinchax.ladder",), ("chinchax.aot",))
+ANALYSIS_LAYERS = (
+    ("analysis.errors", "analysis.runs", "analysis.io", "analysis.blas", "analysis.recipe",
+     "analysis.validation"),
+    ("analysis.isoflop",),
+    ("analysis.repeat",),
+    ("analysis.report", "analysis.plots", "analysis.pipeline", "analysis.tuning"),
+    ("analysis.isotime",),
+)
+CORE = tuple(p for layer in CORE_LAYERS for p in layer)
+VERBS = tuple(p for layer in VERB_LAYERS for p in layer)
 # The one function-level import of our modules, and why.
 DEFERRED = {
     ("chinchax/cli/plan.py", "chinchax.planning.measure"):
@@ -137,26 +166,81 @@ def test_no_function_level_imports_of_our_modules():
   assert not hidden, "\n".join(hidden)
 
 
+def _rank(name: str) -> tuple[str, int] | None:
+  """(stack, layer index) of one of our modules: stack "chinchax" (core, then verbs, then the
+  command line) or "analysis"; None for the package roots."""
+  for i, layer in enumerate(CORE_LAYERS + VERB_LAYERS + (("chinchax.cli",),)):
+    if _in(name, layer):
+      return "chinchax", i
+  for i, layer in enumerate(ANALYSIS_LAYERS):
+    if _in(name, layer):
+      return "analysis", i
+  return None
+
+
+def test_layer_ranks():
+  assert _rank("chinchax.storage.paths") < _rank("chinchax.model.transformer")
+  assert _rank("chinchax.train.loop") < _rank("chinchax.cli.train")
+  assert _rank("analysis.isoflop.approach3") < _rank("analysis.pipeline")
+  assert _rank("chinchax") is None
+
+
 def test_layers_point_one_way():
   graph, _ = _graph()
   bad = []
   for m, deps in graph.items():
+    rank = _rank(m)
     for d in deps:
-      if _in(m, CORE) and not _in(d, CORE):
-        bad.append(f"core module {m} imports {d}")
-      if _in(m, ("analysis",)) and not _in(d, CORE + ("analysis",)):
-        bad.append(f"analysis module {m} imports {d}")
-      if _in(d, ("analysis",)) and not _in(m, ("analysis", "chinchax.cli")):
-        bad.append(f"{m} imports {d} (only chinchax.cli may)")
-      if _in(d, ("chinchax.cli",)) and not _in(m, ("chinchax.cli",)):
-        bad.append(f"{m} imports the command line {d}")
+      drank = _rank(d)
+      if m == "chinchax":  # the package root chooses JAX's platforms before JAX starts
+        if d != "chinchax.runtime.platforms":
+          bad.append(f"chinchax/__init__ imports {d}")
+        continue
+      if drank is None:
+        continue  # a package root (``from chinchax import errors`` names its module)
+      if rank is None:  # analysis/__init__ hands on the core's laws
+        rank = ("analysis", 0)
+      if rank[0] == "analysis":
+        if drank[0] == "chinchax" and not _in(d, CORE):
+          bad.append(f"analysis module {m} imports {d} (analysis may import only the core)")
+        elif drank[0] == "analysis" and drank[1] > rank[1]:
+          bad.append(f"{m} imports {d}, a layer above it")
+      elif drank[0] == "analysis":
+        if not _in(m, ("chinchax.cli",)):
+          bad.append(f"{m} imports {d} (only chinchax.cli may)")
+      elif drank[1] > rank[1]:
+        bad.append(f"{m} imports {d}, a layer above it")
   assert not bad, "\n".join(sorted(bad))
 
 
 def test_every_module_is_in_a_layer():
-  unplaced = [m for m in _modules() if m.startswith("chinchax.")
-              and not _in(m, CORE + VERBS + ("chinchax.cli",))]
+  unplaced = [m for m in _modules() if m not in ("chinchax", "analysis") and _rank(m) is None]
   assert not unplaced, unplaced
+
+
+def test_a_package_face_holds_no_logic():
+  """Every ``__init__.py``: a docstring, imports and ``__all__`` only (the package root also
+  chooses JAX's platforms, which must happen on ``import chinchax``)."""
+  bad = []
+  for top in OURS:
+    for path in sorted((REPO / top).rglob("__init__.py")):
+      body = ast.parse(path.read_text()).body
+      for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+          continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is body[0]:
+          continue
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"]:
+          continue
+        if path == REPO / "chinchax" / "__init__.py" and ast.unparse(node) == "_platforms.choose()":
+          continue
+        bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)[:60]}")
+  assert not bad, "\n".join(bad)
+
+
+def test_the_top_level_holds_only_what_every_layer_uses():
+  top = sorted(p.name for p in (REPO / "chinchax").glob("*.py"))
+  assert top == ["__init__.py", "console.py", "errors.py"], top
 
 
 def test_every_package_directory_is_installed():

@@ -117,7 +117,7 @@ def test_ctrl_c_while_training_checkpoints_and_the_rerun_matches(small_corpus, s
 def test_only_a_closed_loops_late_callback_is_dropped(monkeypatch, capsys):
   import asyncio
   import threading
-  from chinchax import interrupts
+  from chinchax.runtime import interrupts
   seen = []
   monkeypatch.setattr(sys, "excepthook", lambda *a: seen.append(a[1]))
   monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from chinchax import config as config_lib
-from chinchax import distributed as distributed_lib
+from chinchax.runtime import distributed as distributed_lib
 from chinchax import ladder
 from chinchax import train as train_lib
 import chinchax.ladder.isoclock as isoclock
@@ -18,7 +18,7 @@ from test_isotime_ladder import _config, _step_time_file
 def _final_params(workdir, cfg):
   """The final checkpoint's parameters of a run, as numpy leaves."""
   from chinchax import checkpoint as checkpoint_lib
-  from chinchax import sharding as sharding_lib
+  from chinchax.model import sharding as sharding_lib
   import chinchax.train.step as step_lib
   spec = train_lib.resolve(cfg, 1)
   program = step_lib.build_program(cfg, spec, sharding_lib.make_mesh(spec.mesh, jax.devices()[:1]))

@@ -1,4 +1,4 @@
-"""IsoTime fits (``analysis.isotime``): step-time predictors held out by shape, loss from shape
+"""IsoTime fits (``analysis.isotime.fit``): step-time predictors held out by shape, loss from shape
 and seconds, wider vs deeper, the validation run, bad tables, ``model_from_dict``, and
 ``chinchax plan --law`` / ``chinchax fit`` on an IsoTime fit. Synthetic tables, no training."""
 
@@ -11,16 +11,16 @@ import os
 import numpy as np
 import pytest
 
-from analysis import isotime
+from analysis.isotime import fit as isotime
 from analysis.errors import ResultsError
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import cli
-from chinchax import hardware as hardware_lib
-from chinchax import laws
-from chinchax import step_time
-from chinchax import work
+from chinchax.cost import hardware as hardware_lib
+from chinchax.laws import parametric as laws
+from chinchax.cost import step_time
+from chinchax.cost import work
 from chinchax.cli import fit as fit_cli
-from chinchax.work import StepTimeError
+from chinchax.cost.work import StepTimeError
 
 VOCAB, SEQ, GBS = 257, 128, 16
 PROFILE = work.ExecutionProfile.from_names("float32", "xla")
@@ -354,7 +354,7 @@ def test_a_failure_while_writing_leaves_the_earlier_files(tmp_path, law_file, mo
   fit(tmp_path, make_rows("bytes"), law_file)
   out = tmp_path / "fit"
   before = {p: (out / p).read_bytes() for p in os.listdir(out)}
-  from analysis import isotime_report
+  from analysis.isotime import report as isotime_report
 
   def broken(data):
     raise RuntimeError("disk full")

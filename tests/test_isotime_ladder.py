@@ -6,12 +6,12 @@ import math
 import jax
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import distributed as distributed_lib
-from chinchax import laws
-from chinchax import step_time as step_time_lib
-from chinchax import work
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.laws import parametric as laws
+from chinchax.cost import step_time as step_time_lib
+from chinchax.cost import work
 from chinchax import ladder
 import chinchax.ladder.isotime as isotime
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
 from chinchax import ladder
 from chinchax.planning import shapes as shapes_lib

@@ -12,10 +12,10 @@ import pytest
 
 from analysis import io as io_lib
 from analysis import pipeline
-from analysis import synthetic
-from chinchax import budget
+from analysis.isoflop import synthetic
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import laws
+from chinchax.laws import parametric as laws
 from chinchax import ladder
 from chinchax.planning import shapes
 

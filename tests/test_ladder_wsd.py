@@ -5,9 +5,9 @@ import json
 import jax
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hparams as hparams_lib
+from chinchax.cost import hparams as hparams_lib
 from chinchax import train as train_lib
 from chinchax import ladder
 import chinchax.ladder.grid as grid

@@ -17,8 +17,8 @@ from flax import nnx
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import cli
 from chinchax import config as config_lib
-from chinchax import model as model_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import transformer as model_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 import chinchax.train.loss as loss_lib
 import chinchax.train.spec as spec_lib

@@ -11,10 +11,10 @@ import math
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hardware as hardware_lib
-from chinchax import work
+from chinchax.cost import hardware as hardware_lib
+from chinchax.cost import work
 from chinchax.aot import hlo
 from chinchax.aot import program as program_lib
 from chinchax.aot import report as report_lib

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from chinchax import budget, sharding
-from chinchax.model import ModelConfig, Transformer, count_params
+from chinchax.cost import budget
+from chinchax.model import sharding
+from chinchax.model.transformer import ModelConfig, Transformer, count_params
 
 LOGICAL = {"batch", "seq", "embed", "heads", "kv_heads", "kv", "mlp", "vocab"}
 
@@ -159,7 +160,7 @@ def test_document_mask_keeps_attention_inside_each_document(scan_layers):
 def test_small_init_rule_matches_its_formula_and_reaches_the_params():
   """SmallInit (Nguyen & Salazar 2019): std sqrt(2/(5 d)); GPT-2's 0.02 is that at d ≈ 1000."""
   from chinchax import config as config_lib
-  from chinchax import model as model_lib
+  from chinchax.model import transformer as model_lib
   from chinchax.train import spec as spec_lib
   assert model_lib.init_std("small", 0.02, 28) == pytest.approx(0.11952, rel=1e-4)
   assert model_lib.init_std("small", 0.02, 1000) == pytest.approx(0.02)

@@ -17,7 +17,7 @@ import jax
 import pytest
 
 from chinchax import config as config_lib
-from chinchax import sharding
+from chinchax.model import sharding
 from chinchax import train as train_lib
 from chinchax.aot import hlo
 from chinchax.aot import program as program_lib

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hardware as hw
+from chinchax.cost import hardware as hw
 from chinchax.planning import allocate
 from chinchax.planning import measure
 from chinchax import cli
@@ -18,10 +18,10 @@ from chinchax.planning import config_file
 from chinchax.planning import planner
 from chinchax.planning import render
 from chinchax.planning import shapes
-from chinchax import step_time
-from chinchax import work
+from chinchax.cost import step_time
+from chinchax.cost import work
 from chinchax.planning.errors import PlanError
-from chinchax.work import StepTimeError
+from chinchax.cost.work import StepTimeError
 
 
 def run_cli(*argv):
@@ -199,7 +199,7 @@ def test_heldout_errors_flops_only_vs_memory_traffic():
   assert errs["flops_only"]["mean_abs_error"] > 10 * errs["flops_and_bytes"]["mean_abs_error"]
 
 
-EMPTY_STEP_FILE = '{"format": "chinchax.step_time/1", "measurements": []}'
+EMPTY_STEP_FILE = '{"format": "chinchax.cost.step_time/1", "measurements": []}'
 
 
 @pytest.mark.parametrize("content,match", [("{", "not valid JSON|cannot be read"),

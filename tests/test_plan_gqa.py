@@ -5,7 +5,7 @@ import importlib.util
 import io
 import json
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import cli
 from chinchax.planning import planner
 from chinchax.planning import shapes

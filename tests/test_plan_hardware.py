@@ -1,4 +1,4 @@
-"""The accelerator table as the one source of peak FLOP/s (chinchax.hardware).
+"""The accelerator table as the one source of peak FLOP/s (chinchax.cost.hardware).
 
 Independent truth: NVIDIA's and Google's data sheets, and the per-device-kind
 peaks chinchax.train used before the table was its source (hand-listed here).
@@ -6,7 +6,7 @@ peaks chinchax.train used before the table was its source (hand-listed here).
 
 import pytest
 
-from chinchax import hardware as hw
+from chinchax.cost import hardware as hw
 
 # The trainer's former table: (device-kind substring, dense bf16 FLOP/s per device), matched in
 # this order, first hit wins.

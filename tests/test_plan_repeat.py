@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from chinchax import cli
-from chinchax import laws
-from chinchax import laws_repeat as lr
+from chinchax.laws import parametric as laws
+from chinchax.laws import repeat as lr
 from chinchax.planning import constrained
 
 BASE = laws.PUBLISHED_LAWS["chinchilla-approach3"]

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
 from chinchax.planning import shapes as shapes_lib

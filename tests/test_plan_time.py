@@ -5,17 +5,17 @@ import math
 
 import pytest
 
-from chinchax import budget
-from chinchax import hardware as hw
+from chinchax.cost import budget
+from chinchax.cost import hardware as hw
 from chinchax.planning import allocate
 from chinchax.planning import measure
 from chinchax.planning import planner
 from chinchax.planning import render
 from chinchax.planning import shapes
-from chinchax import step_time
-from chinchax import work
+from chinchax.cost import step_time
+from chinchax.cost import work
 from chinchax.planning.errors import PlanError
-from chinchax.work import StepTimeError
+from chinchax.cost.work import StepTimeError
 from test_plan import run_cli, plan_json, _synthetic_rows, _step_time_file
 
 

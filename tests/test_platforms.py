@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from chinchax import platforms
+from chinchax.runtime import platforms
 from chinchax.aot import topology as topology_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -7,16 +7,16 @@ import re
 import pytest
 
 from chinchax import config as config_lib
-from chinchax import hparams as hparams_lib
-from chinchax import law_units
-from chinchax import laws
-from chinchax import recipe as recipe_lib
+from chinchax.cost import hparams as hparams_lib
+from chinchax.laws import units as law_units
+from chinchax.laws import parametric as laws
+from chinchax.laws import recipe as recipe_lib
 from chinchax.planning import shapes as shapes_lib
 import chinchax.ladder.grid as grid
 import chinchax.ladder.recipe as ladder_recipe
-from analysis import approach2
+from analysis.isoflop import approach2
 from analysis import pipeline
-from analysis import synthetic
+from analysis.isoflop import synthetic
 from test_plan import plan_json, run_cli
 
 BYTES = {"kind": "bytes", "vocab_size": 257, "sha256": "ab" * 32}

@@ -9,15 +9,15 @@ import jax
 import numpy as np
 import pytest
 
-from analysis import bootstrap as bootstrap_lib
-from analysis import fit as fit_lib
+from analysis.isoflop import bootstrap as bootstrap_lib
+from analysis.isoflop import fit as fit_lib
 from analysis.io import write_results_jsonl
-from analysis.synthetic import synthetic_runs
+from analysis.isoflop.synthetic import synthetic_runs
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import cli
-from chinchax import distributed as distributed_lib
-from chinchax import laws
-from chinchax import sharding as sharding_lib
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.laws import parametric as laws
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 from chinchax.train import summary as summary_lib
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from chinchax import runtime
+from chinchax.runtime import jax_settings as runtime
 
 _SCRIPT = """
 import os

@@ -13,8 +13,8 @@ from flax import nnx
 
 from chinchax import cli
 from chinchax import config as config_lib
-from chinchax import export
-from chinchax import model as model_lib
+from chinchax.export import writer as export
+from chinchax.model import transformer as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.sample import generate as generate_lib
 from chinchax.sample import run as run_lib

@@ -1,8 +1,8 @@
-"""The step time an IsoTime shape's predictors are scored against (analysis.steptime_cv)."""
+"""The step time an IsoTime shape's predictors are scored against (analysis.isotime.steptime_cv)."""
 
 import pytest
 
-from analysis import steptime_cv
+from analysis.isotime import steptime_cv
 from test_isotime_fit import make_rows
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.ladder import files
 from gcs_server import gcs, gcs_url  # noqa: F401 — fixtures
 from test_train import REPO, _run_cli
@@ -204,7 +204,7 @@ def test_two_local_workers_run_a_gcs_ladder_each_run_once_and_fit_it(gcs_url, sm
 
 def test_fit_reads_and_writes_gs_urls(gcs_url, tmp_path):
   """`chinchax fit gs://…/results.jsonl --out gs://…/fit` on a synthetic Chinchilla-like table."""
-  from chinchax import laws
+  from chinchax.laws import parametric as laws
   law = laws.get_law("chinchilla-approach3")
   rows = []
   for C in (1e17, 3e17, 1e18):

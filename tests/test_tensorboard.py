@@ -8,7 +8,7 @@ import pytest
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 event_multiplexer = pytest.importorskip("tensorboard.backend.event_processing.plugin_event_multiplexer")
 
-from chinchax import tblog  # noqa: E402
+from chinchax.tracking import tblog
 
 
 def _scalars(logdir):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "step1_tiny.json"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import train as train_lib
 import chinchax.train.loop as loop_lib
@@ -184,7 +184,7 @@ def test_a_trials_run_equals_its_single_runs(trials_reference, tmp_path):
       assert trial_rows[r["step"]]["trial_eval_loss"][1] == r["eval_loss"]
   # export: trial 1 of the trials run is the single run's model, tensor for tensor
   import safetensors.numpy as st
-  from chinchax import export as export_lib
+  from chinchax.export import writer as export_lib
   got = st.load_file(str(export_lib.export(c.workdir, tmp_path / "e1", trial=1)
                          / "model.safetensors"))
   want = st.load_file(str(export_lib.export(single_c.workdir, tmp_path / "es")

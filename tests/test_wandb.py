@@ -16,8 +16,8 @@ event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.ev
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 from chinchax import config as config_lib  # noqa: E402
-from chinchax import tblog  # noqa: E402
-from chinchax import wandblog  # noqa: E402
+from chinchax.tracking import tblog
+from chinchax.tracking import wandblog
 
 _BLOCK = 32768  # the .wandb file is a LevelDB log: 32 KiB blocks of 7-byte-header chunks
 

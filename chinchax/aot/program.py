@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
-from chinchax import work
+from chinchax.model import sharding as sharding_lib
+from chinchax.cost import work
 from chinchax.aot import hlo as hlo_lib
 from chinchax.aot import topology as topology_lib
 from chinchax.aot.topology import AotError, Target
@@ -73,7 +73,7 @@ class CompiledRun:
 
   ``microbatches`` is the config's ``train.microbatches`` M (the step's batch in M
   microbatches of B/M rows) and ``loss_chunk`` its ``train.loss_chunk_size`` in sequence
-  positions (``chinchax.work.resolve_loss_chunk`` for the target; 0 = unchunked).
+  positions (``chinchax.cost.work.resolve_loss_chunk`` for the target; 0 = unchunked).
   """
 
   target: Target

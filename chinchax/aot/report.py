@@ -6,9 +6,9 @@ dict (``chinchax compile --json`` prints it) and :func:`render` into the table.
 * Memory: XLA's per-device total (arguments + outputs − aliased + temporaries +
   code) against the device's HBM (the accelerator table's per-chip figure),
   headroom in GB and %; beside it the analytic estimate of
-  ``chinchax.work.mesh_memory_per_device`` and their ratio.
+  ``chinchax.cost.work.mesh_memory_per_device`` and their ratio.
 * FLOPs and bytes: XLA's cost analysis per device against
-  ``chinchax.work.step_flops`` / ``bytes_per_step`` for the device's share of
+  ``chinchax.cost.work.step_flops`` / ``bytes_per_step`` for the device's share of
   the batch. XLA counts a ``lax.scan`` body once (``model.scan_layers``), so a
   scanned model is compared per layer: the analytic count taken with one layer.
 * Roofline step time (Williams et al. 2009): compute = analytic FLOPs × the
@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from chinchax import budget
-from chinchax import work
+from chinchax.cost import budget
+from chinchax.cost import work
 from chinchax.aot import hlo as hlo_lib
 from chinchax.aot.program import CompiledRun
 
@@ -71,7 +71,7 @@ def analytic(run: CompiledRun) -> dict:
 
 def recompute_factor(run: CompiledRun) -> float:
   """Executed over model matmul FLOPs of the train step: remat's and the chunked loss's
-  recompute (``chinchax.work.recompute_factor``)."""
+  recompute (``chinchax.cost.work.recompute_factor``)."""
   return work.recompute_factor(run.spec.shape(), run.spec.model.remat,
                                causal_skip=_profile(run).causal_skip, loss_chunk=run.loss_chunk)
 

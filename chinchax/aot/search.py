@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Callable
 
-from chinchax import work
+from chinchax.cost import work
 from chinchax.aot import program as program_lib
 from chinchax.aot import report as report_lib
 from chinchax.aot import topology as topology_lib

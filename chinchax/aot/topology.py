@@ -7,7 +7,7 @@ with ``pip install -e ".[tpu]"``); GPU hosts by the CUDA PJRT plugin
 ``chinchax/aot/targets/<accelerator>.txtpb`` (XLA's ``GpuTargetConfigProto``
 as text, with its provenance in the file's comments).
 
-Names follow ``chinchax.hardware.parse_hardware``: ``v5e-16`` = 16 chips,
+Names follow ``chinchax.cost.hardware.parse_hardware``: ``v5e-16`` = 16 chips,
 ``v5p-128`` = 64 chips (the number counts TensorCores on v4 and v5p),
 ``h100x8`` = 8 GPUs. Slices of 2D chips (v5e, v6e) are laid out as 1, 4, 8,
 16, …, 256 chips (``2x2`` … ``16x16``), 3D ones (v4, v5p) as ``2x2x1``,
@@ -33,7 +33,7 @@ import time
 
 from chinchax import console
 from chinchax import errors
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 
 TARGETS_DIR = pathlib.Path(__file__).with_name("targets")
 TPU_2D = ("v5e", "v6e")
@@ -54,7 +54,7 @@ class Target:
 
   Attributes:
     spec: the name as given (``"v5e-16"``).
-    hardware: its accelerator and chip count (``chinchax.hardware``).
+    hardware: its accelerator and chip count (``chinchax.cost.hardware``).
     platform: ``"tpu"`` or ``"gpu"``.
     topology: the topology string handed to JAX (``"v5e:4x4"``, ``"1x1x8"``).
     num_slices: TPU slices (ICI within a slice, data-center network between).

@@ -26,7 +26,7 @@ train``'s MFU) and MFU against the device peak, peak device memory
 (``memory_stats()`` where the backend keeps it, else the compiled memory
 analysis), XLA ``cost_analysis()`` FLOPs and bytes accessed per device, and
 the cost per million tokens from the price table
-(``chinchax/hardware_prices.json``).
+(``chinchax/cost/hardware_prices.json``).
 
 Failures are results: a point whose mesh or batch does not fit the devices is
 ``invalid``; one whose compiled step needs more memory than a device has is
@@ -40,10 +40,10 @@ point), ``summary.md``, ``bench.json`` (devices, peak, price, step-time fits),
 ``tokens_per_s_vs_batch.png``, ``mfu_vs_size.png``, ``memory_vs_batch.png``
 and, when ``bench.fit_sweep`` names a sweep, ``step_time.json`` — the step
 times of that sweep in the format ``chinchax plan --step-time-model`` reads
-(``chinchax.step_time``). Two step-time models are scored on held-out points
+(``chinchax.cost.step_time``). Two step-time models are scored on held-out points
 of that sweep: t = t0 + a·FLOPs, and t = t0 + a·FLOPs + b·bytes ("Time
 Matters", Inbar & Sernau 2024), each with the analytic features of
-``chinchax.work`` (what ``plan`` uses) and with XLA's own cost analysis.
+``chinchax.cost.work`` (what ``plan`` uses) and with XLA's own cost analysis.
 
 Modules: :mod:`~chinchax.bench.points` (the grid, each point's config, the
 config check), :mod:`~chinchax.bench.measure` (one point timed),

@@ -18,7 +18,7 @@ import sys
 import ml_collections
 
 from chinchax import config as config_lib
-from chinchax import runtime
+from chinchax.runtime import jax_settings as runtime
 from chinchax.bench.memory import is_oom
 from chinchax.bench.measure import measure_point
 from chinchax.bench.probe import probe

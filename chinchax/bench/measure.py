@@ -9,12 +9,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import distributed as distributed_lib
-from chinchax import sharding as sharding_lib
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.model import sharding as sharding_lib
 from chinchax import train as train_lib
-from chinchax import work as work_lib
+from chinchax.cost import work as work_lib
 from chinchax.bench.memory import compiled_memory_bytes, device_memory_limit, is_oom, peak_memory
 
 # A row's status: measured, or why not (``timeout`` and ``crashed`` only with bench.isolate).

@@ -9,7 +9,7 @@ from typing import Any
 import ml_collections
 
 from chinchax import config as config_lib
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 
 # The config ``chinchax bench`` reads when no --config is given.
 MESH_LAYOUTS = {"dp": (-1, 1, 1), "fsdp": (1, -1, 1), "tp": (1, 1, -1)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 from chinchax import train as train_lib
 from chinchax.bench.memory import device_memory_limit
 

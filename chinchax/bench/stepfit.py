@@ -1,6 +1,6 @@
 """Step-time models scored on one bench sweep, and its measurements written for ``chinchax plan``.
 
-Two models, each with the analytic features of ``chinchax.hardware`` (what
+Two models, each with the analytic features of ``chinchax.cost.hardware`` (what
 ``plan`` uses) and with XLA's own cost analysis: t = t0 + a·FLOPs, and
 t = t0 + a·FLOPs + b·bytes ("Time Matters", Inbar & Sernau 2024).
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from chinchax import step_time as step_time_lib
-from chinchax import work as work_lib
+from chinchax.cost import step_time as step_time_lib
+from chinchax.cost import work as work_lib
 
 
 def _measurement(r: dict) -> dict:

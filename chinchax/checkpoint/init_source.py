@@ -14,7 +14,7 @@ import pathlib
 import jax
 import orbax.checkpoint as ocp
 
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, read_failure,
                                            saved_steps, verify_sums)
 from chinchax.checkpoint.run_config import MODEL_KEYS, model_signature

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from chinchax import errors
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 
 
 class CheckpointError(errors.UserError):

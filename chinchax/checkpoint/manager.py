@@ -15,8 +15,8 @@ import jax
 import orbax.checkpoint as ocp
 
 from chinchax import console
-from chinchax import diskfull
-from chinchax import paths as paths_lib
+from chinchax.storage import diskfull
+from chinchax.storage import paths as paths_lib
 from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shapes, first_line,
                                            read_failure, saved_steps, state_sums, verify_sums)
 

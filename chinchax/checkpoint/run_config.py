@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.checkpoint.integrity import CheckpointError, Unusable, check_shapes, saved_steps
 
 MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "tie_embeddings",

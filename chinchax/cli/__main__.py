@@ -2,6 +2,6 @@
 
 import sys
 
-from chinchax.cli import main
+from chinchax.cli.dispatch import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 
 from chinchax import bench as bench_lib
-from chinchax import runtime
+from chinchax.runtime import jax_settings as runtime
 from chinchax.cli import flags as flags_lib
 
 

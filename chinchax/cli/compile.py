@@ -45,7 +45,7 @@ import pathlib
 import sys
 
 from chinchax import console
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.aot import ladder_run
 from chinchax.aot import report as report_lib
 from chinchax.aot import search as search_lib

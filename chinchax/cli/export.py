@@ -18,8 +18,8 @@ import shutil
 import tempfile
 
 from chinchax import console
-from chinchax import export as export_lib
-from chinchax import paths as paths_lib
+from chinchax.export import writer as export_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.cli import helptext
 
 

@@ -9,7 +9,7 @@ or undetermined parabolas, budgets left out, an optimum outside the start
 grid, ...) are printed as ``warning:`` lines and written into both files.
 
 An IsoTime table (rows with ``"budget_kind": "seconds"``, from an IsoTime
-ladder) is fitted by ``analysis.isotime.fit_isotime`` instead: step-time
+ladder) is fitted by ``analysis.isotime.fit.fit_isotime`` instead: step-time
 predictors compared leave-one-shape-out (FLOPs vs bytes, "Time Matters",
 Inbar & Sernau 2024), the final loss predicted from shape and seconds, wider
 vs deeper per time budget; its validation run is added when there is one.
@@ -17,7 +17,7 @@ vs deeper per time budget; its validation run is added when there is one.
 it on the IsoTime runs.
 
 A table whose runs repeat data (D > unique_tokens) gets the repetition laws too
-(``analysis.repeat_report``: Approaches 1-3 on the runs of one epoch or less);
+(``analysis.repeat.report``: Approaches 1-3 on the runs of one epoch or less);
 there ``--law`` gives their single-epoch law instead of the table's Approach 3.
 
 Bad input, or an approach that the table cannot support when it was asked
@@ -35,19 +35,19 @@ import contextlib
 import sys
 from typing import Callable
 
-from analysis import fit_repeat
-from analysis import isotime
+from analysis.repeat import fit as fit_repeat
+from analysis.isotime import fit as isotime
 from analysis import tuning
-from analysis.approach1 import APPROACH1_ENVELOPES
-from analysis.approach3 import HUBER_DELTA
-from analysis.approaches import LOSSES
-from analysis.bootstrap import DEFAULT_METHOD, METHODS, check_method
+from analysis.isoflop.approach1 import APPROACH1_ENVELOPES
+from analysis.isoflop.approach3 import HUBER_DELTA
+from analysis.isoflop.approaches import LOSSES
+from analysis.isoflop.bootstrap import DEFAULT_METHOD, METHODS, check_method
 from analysis.errors import FitOptionError, ResultsError
 from analysis.io import load_results
 from analysis.pipeline import DEFAULT_JOBS, default_out_dir, fit_results
 from chinchax import console
-from chinchax import diskfull
-from chinchax import laws
+from chinchax.storage import diskfull
+from chinchax.laws import parametric as laws
 from chinchax.cli import helptext
 from chinchax.planning import shapes
 
@@ -131,7 +131,7 @@ def _check_counts(args: argparse.Namespace) -> None:
 def ladder_flop_shape(vocab_size: int, seq_len: int) -> Callable[[float], dict]:
   """N -> the ladder shape rule's shape for N parameters (``shapes.PRESETS["ladder"]``), as a
   dict with d_model, n_layers, n_heads, d_ff, N, aspect_ratio, ...: the FLOP-optimal shape an
-  IsoTime fit compares the time-optimal one with (``analysis.isotime.fit_isotime``)."""
+  IsoTime fit compares the time-optimal one with (``analysis.isotime.fit.fit_isotime``)."""
   def flop_shape(n: float) -> dict:
     return shapes.propose_shapes(float(n), vocab_size=int(vocab_size), seq_len=int(seq_len),
                                  rule=shapes.PRESETS["ladder"], k=1)[0].to_dict()
@@ -155,7 +155,7 @@ FIT_FILES_BYTES = 1e6  # fit.json, fit.md and 8 figures of a default ladder's fi
 
 def disk_full_guard(out_dir):
   """Turns a full disk while the fit's files are written to ``out_dir`` into one
-  :class:`~chinchax.diskfull.DiskFull` line (a figure's write names no file)."""
+  :class:`~chinchax.storage.diskfull.DiskFull` line (a figure's write names no file)."""
   @contextlib.contextmanager
   def guard():
     try:

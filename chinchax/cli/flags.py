@@ -62,7 +62,7 @@ def _flat(node, prefix: str = ""):
 
 def knob_lines(config, kind: str = "train") -> list[str]:
   """One line per knob of ``config`` (a ``kind`` config: train, ladder or bench): ``key =
-  default`` and the knob's one-line comment from ``chinchax/config_defaults.py`` (a ladder or
+  default`` and the knob's one-line comment from ``chinchax/config/defaults.py`` (a ladder or
   bench ``train_config.*`` knob not set anew there: its training knob's comment)."""
   comments = config_lib.knob_comments(kind)
   train = config_lib.knob_comments("train")
@@ -98,7 +98,7 @@ def _help_text(verb: str, default: pathlib.Path, argv: list[str]) -> str:
     lines.append(f"(the knobs of {path}:{variant} could not be listed: {type(e).__name__}: {e})")
     return "\n".join(lines)
   lines.append(f"knobs of {path.name}:{variant}, each with its default (comments: "
-               f"chinchax/config_defaults.py):")
+               f"chinchax/config/defaults.py):")
   kind = {"ladder": "ladder", "bench": "bench"}.get(verb, "train")
   return "\n".join(lines + knob_lines(config, kind))
 
@@ -204,7 +204,7 @@ def _unknown_key(argv: list[str], default: pathlib.Path, verb: str, key: str) ->
       where = f"section {'.'.join(parts[:i])!r}" if i else "the config"
       known = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "none: it is a value"
       return (f"unknown config key {paths[0]!r}: {where} has no key {part!r}; its keys: {known} "
-              f"(every knob with its comment: chinchax/config_defaults.py)")
+              f"(every knob with its comment: chinchax/config/defaults.py)")
     node = node[part]
   return None
 

@@ -19,19 +19,19 @@ import sys
 
 import jax
 
-from analysis import approach3
-from analysis import isotime as isotime_fit
+from analysis.isoflop import approach3
+from analysis.isotime import fit as isotime_fit
 from analysis import pipeline as fit_pipeline
 from analysis import tuning as tuning_report
 from chinchax import config as config_lib
 from chinchax import console
-from chinchax import distributed as distributed_lib
+from chinchax.runtime import distributed as distributed_lib
 from chinchax import errors
-from chinchax import interrupts
+from chinchax.runtime import interrupts
 from chinchax import ladder as ladder_lib
-from chinchax import paths as paths_lib
-from chinchax import runtime
-from chinchax import wandblog
+from chinchax.storage import paths as paths_lib
+from chinchax.runtime import jax_settings as runtime
+from chinchax.tracking import wandblog
 from chinchax.cli import fit as fit_cli
 from chinchax.cli import flags as flags_lib
 
@@ -77,7 +77,7 @@ def _finish(config, table, devices=None, may_fit: bool = True, died=()) -> int:
 
 def _fit(config, table, devices=None, validate: bool = True) -> None:
   """Approaches 1–3 (an IsoTime ladder: the step-time predictors, loss from shape and time,
-  wider vs deeper; ``analysis.isotime``) on the table into ``fit/`` beside it, then
+  wider vs deeper; ``analysis.isotime.fit``) on the table into ``fit/`` beside it, then
   (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison,
   and for a tuned ladder the tuning report (``analysis.tuning``); a fit that fails keeps
   the runs. A ladder with a unique-data axis trains its validation run, fixed by its config,

@@ -29,10 +29,10 @@ import sys
 
 from chinchax import config as config_lib
 from chinchax import console
-from chinchax import hardware as hardware_lib
-from chinchax import law_units
-from chinchax import laws_repeat
-from chinchax import step_time as step_time_lib
+from chinchax.cost import hardware as hardware_lib
+from chinchax.laws import units as law_units
+from chinchax.laws import repeat as laws_repeat
+from chinchax.cost import step_time as step_time_lib
 from chinchax.cli import helptext
 from chinchax.planning import config_file
 from chinchax.planning import constrained
@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
                       "(repeatable; one that leaves the --law fit's recipe is reported as a "
                       "departure) (default: none)")
   p.add_argument("--step-time-model", metavar="PATH",
-                 help="measured step-time JSON (format: chinchax.step_time module "
+                 help="measured step-time JSON (format: chinchax.cost.step_time module "
                       "docstring) (default: an IsoTime --law fit's predictor, else the analytic "
                       "roofline of --hardware)")
   p.add_argument("--mfu", type=float, default=step_time_lib.DEFAULT_MFU,
@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                  default=step_time_lib.DEFAULT_BANDWIDTH_EFFICIENCY,
                  help="roofline fraction of peak HBM bandwidth, in (0, 1] (default %(default)s)")
   p.add_argument("--hardware-table", metavar="PATH",
-                 help="accelerator/price table JSON (default: chinchax/hardware_prices.json)")
+                 help="accelerator/price table JSON (default: chinchax/cost/hardware_prices.json)")
   p.add_argument("--candidates", type=int, default=5, help="candidate shapes to list")
   p.add_argument("--kv-heads-ratio", type=int, default=1, metavar="R",
                  help="grouped-query attention: query heads per key/value head of the planned "

@@ -12,9 +12,9 @@ import sys
 import jax
 
 from chinchax import config as config_lib
-from chinchax import distributed as distributed_lib
-from chinchax import interrupts
-from chinchax import runtime
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.runtime import interrupts
+from chinchax.runtime import jax_settings as runtime
 from chinchax import train as train_lib
 from chinchax.cli import flags as flags_lib
 from chinchax.export import hf_source

@@ -50,8 +50,8 @@ import time
 import numpy as np
 
 from chinchax import console
-from chinchax import diskfull
-from chinchax import paths as paths_lib
+from chinchax.storage import diskfull
+from chinchax.storage import paths as paths_lib
 from chinchax.data import remote as remote_lib
 from chinchax.data import scancache as scancache_lib
 from chinchax.data import shards as shards_lib

@@ -34,7 +34,7 @@ import threading
 import numpy as np
 import tensorstore as ts
 
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 
 READERS = ("auto", "memory", "mmap", "ranged", "tensorstore")
 # Chunk files kept memory-mapped at once by a ChunkFileReader (an LRU; each map is one chunk,

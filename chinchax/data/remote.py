@@ -22,8 +22,8 @@ import os
 import pathlib
 import shutil
 
-from chinchax import gcs
-from chinchax import paths as paths_lib
+from chinchax.storage import gcs
+from chinchax.storage import paths as paths_lib
 
 MANIFEST = "manifest.json"  # chinchax.data.store.MANIFEST (not imported: store imports this module)
 

@@ -29,7 +29,7 @@ import json
 import os
 import pathlib
 
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.data import sources as sources_lib
 
 VERSION = 1

@@ -23,7 +23,7 @@ import sysconfig
 from typing import Iterator
 
 from chinchax import errors
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_DOCUMENTS = ("file", "paragraph", "line")

@@ -32,7 +32,7 @@ import numpy as np
 import tensorstore as ts
 
 from chinchax import console
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.data import reader as reader_lib
 from chinchax.data import remote as remote_lib
 

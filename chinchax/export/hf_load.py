@@ -5,7 +5,7 @@ The tensors are read largest first, each with ``safetensors.safe_open(framework=
 on its file (closed again at once, so no shard stays mapped into the process); each is
 mapped by :mod:`chinchax.export.llama_table` to its chinchax parameter, widened to float32,
 put on the devices with ``jax.device_put`` onto the parameter's sharding (the logical-axis
-rules of :mod:`chinchax.sharding`), and its host copies dropped before the next is read.
+rules of :mod:`chinchax.model.sharding`), and its host copies dropped before the next is read.
 Host memory beyond the placed parameters is one tensor (twice, while it is transposed),
 and largest first that comes while little is placed; a ``model.scan_layers`` parameter
 [n_layers, ...] is filled on the devices one layer at a time (a donated in-place update),

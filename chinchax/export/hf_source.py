@@ -32,7 +32,7 @@ import json
 import pathlib
 
 from chinchax import config as config_lib
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.export import llama_table
 from chinchax.export.error import HFCheckpointError

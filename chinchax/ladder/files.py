@@ -11,10 +11,10 @@
 On an object store (a ``gs://`` ladder workdir) there are no renames or hard
 links, but one object write is atomic and GCS writes can be conditional:
 :func:`write_atomic` is one write, :func:`create_exclusive` a create with
-``ifGenerationMatch=0`` (:func:`chinchax.gcs.create`), and :func:`rewrite_if`
+``ifGenerationMatch=0`` (:func:`chinchax.storage.gcs.create`), and :func:`rewrite_if`
 a rewrite that succeeds only while the object is at the generation last
 written (``ifGenerationMatch=<g>``). Local paths use the standard library only
-(:mod:`chinchax.paths` and :mod:`chinchax.gcs` import no third-party package at import time).
+(:mod:`chinchax.storage.paths` and :mod:`chinchax.storage.gcs` import no third-party package at import time).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import pathlib
 import socket
 import uuid
 
-from chinchax import gcs  # stdlib at import; google-cloud-storage only for gs:// paths
-from chinchax import paths as paths_lib
+from chinchax.storage import gcs
+from chinchax.storage import paths as paths_lib
 
 
 def unique_path(path: pathlib.Path) -> pathlib.Path:
@@ -55,7 +55,7 @@ def _is_url(path) -> bool:
 
 
 def as_path(path):
-  """``pathlib.Path`` of a local path; an ``epath.Path`` of a URL (:func:`chinchax.paths.as_path`)."""
+  """``pathlib.Path`` of a local path; an ``epath.Path`` of a URL (:func:`chinchax.storage.paths.as_path`)."""
   if _is_url(path):
     return paths_lib.as_path(path)
   return pathlib.Path(path)

@@ -7,7 +7,7 @@ shape rule's ``"ladder"`` preset (``chinchax.planning.shapes``: a fixed
 depth, width in steps of 4) and trains on D = C / (6N) tokens with its own
 cosine schedule spanning exactly its own steps (``budget.mode = "flops"``),
 in its own workdir ``runs/<run_id>``, with the peak LR, batch, β2 and warmup
-of the ``ladder.hparams`` rule (:mod:`chinchax.hparams`).
+of the ``ladder.hparams`` rule (:mod:`chinchax.cost.hparams`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pathlib
 
 import numpy as np
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hparams as hparams_lib
+from chinchax.cost import hparams as hparams_lib
 from chinchax.planning import shapes as shapes_lib
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.tuning as tuning
@@ -35,7 +35,7 @@ class LadderRun:
     C_budget: the IsoFLOP budget (FLOPs, C = 6·N·D).
     N_target: the size asked for by the grid (parameters).
     shape: the concrete shape (exact N from ``budget.param_counts``).
-    hparams: its peak LR, batch, β2 and warmup (:class:`chinchax.hparams.HParams`).
+    hparams: its peak LR, batch, β2 and warmup (:class:`chinchax.cost.hparams.HParams`).
     role: ``"grid"`` (a point of an IsoFLOP profile) or ``"validation"`` (the
       run that tests the fitted law; never fitted).
     seconds_budget: an IsoTime run's budget, seconds of training (its steps are
@@ -206,7 +206,7 @@ def validate_time_budgets(lc) -> None:
   parse_depths(lc.depths)
   if lc.step_time != "probe" and not pathlib.Path(str(lc.step_time)).expanduser().is_file():
     raise E(f"ladder.step_time={lc.step_time!r} must be 'probe' or the path of a step-time "
-            f"file (chinchax.step_time); no such file")
+            f"file (chinchax.cost.step_time); no such file")
   if not isinstance(lc.probe_steps, int) or lc.probe_steps < 3:
     raise E(f"ladder.probe_steps={lc.probe_steps!r} must be an integer >= 3")
   if lc.time_control not in TIME_CONTROLS:

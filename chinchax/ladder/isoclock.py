@@ -36,7 +36,7 @@ import math
 import pathlib
 import shutil
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import train as train_lib
 from chinchax.checkpoint.integrity import saved_steps
 import chinchax.ladder.files as files

@@ -26,7 +26,7 @@ the hardware it runs on (``ladder.budget_kind = "seconds"``):
   measured training seconds (steps × measured step time: compilation, evals and
   checkpoints excluded; they are in ``compile_s`` and ``wall_time_s``), steps,
   tokens, FLOPs and loss (:func:`row_fields`).
-* **Validation.** After the fit (``analysis.isotime``), one run at
+* **Validation.** After the fit (``analysis.isotime.fit``), one run at
   ``validate_factor`` × ``t_max`` seconds with the shape of the ladder's family
   that the fitted law and step-time predictor rank best
   (:func:`plan_validation`), its predicted loss stored in its row.
@@ -45,11 +45,11 @@ import socket
 import jax
 import numpy as np
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hardware as hardware_lib
-from chinchax import laws
-from chinchax import step_time as step_time_lib
+from chinchax.cost import hardware as hardware_lib
+from chinchax.laws import parametric as laws
+from chinchax.cost import step_time as step_time_lib
 from chinchax import train as train_lib
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 
-from chinchax import distributed as distributed_lib
+from chinchax.runtime import distributed as distributed_lib
 
 WORKER_ENV = "CHINCHAX_LADDER_WORKER"  # set to the worker's index in each local worker
 WORKER_FLAGS = ("--config.ladder.worker=True", "--config.ladder.workers=1",

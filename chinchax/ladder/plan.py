@@ -16,9 +16,9 @@ import time
 import jax
 
 from chinchax import config as config_lib
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax import train as train_lib
-from chinchax import wandblog
+from chinchax.tracking import wandblog
 from chinchax.data import sources as sources_lib
 from chinchax.data import unique as unique_lib
 import chinchax.ladder.files as files

@@ -1,4 +1,4 @@
-"""The recipe of one ladder run, recorded in its results row (``chinchax.recipe``).
+"""The recipe of one ladder run, recorded in its results row (``chinchax.laws.recipe``).
 
 The shape family is the ladder's shape rule (``chinchax.planning.shapes.PRESETS["ladder"]``)
 at the run's depth; the hyperparameter rule is ``ladder.hparams`` with the base
@@ -13,8 +13,8 @@ import json
 import math
 import pathlib
 
-from chinchax import hparams as hparams_lib
-from chinchax import recipe as recipe_lib
+from chinchax.cost import hparams as hparams_lib
+from chinchax.laws import recipe as recipe_lib
 from chinchax.planning import shapes as shapes_lib
 import chinchax.ladder.grid as grid
 
@@ -37,7 +37,7 @@ def shape_family(n_layers: int, tie_embeddings: bool) -> dict:
 
 def hparams_rule(lc, base_train) -> dict:
   """``ladder.hparams`` as the recipe records it: the rule, the base settings it starts from,
-  the fewest steps it shrinks the batch to, and its constants (``chinchax.hparams``)."""
+  the fewest steps it shrinks the batch to, and its constants (``chinchax.cost.hparams``)."""
   base = hparams_lib.Base.from_config(base_train)
   out = {"rule": str(lc.hparams), "base": dataclasses.asdict(base),
          "min_steps": int(max(lc.min_steps, lc.batch_min_steps)),

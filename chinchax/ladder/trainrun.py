@@ -6,11 +6,11 @@ import pathlib
 import time
 import traceback
 
-from chinchax import budget
-from chinchax import diskfull
-from chinchax import distributed as distributed_lib
+from chinchax.cost import budget
+from chinchax.storage import diskfull
+from chinchax.runtime import distributed as distributed_lib
 from chinchax import errors
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax import train as train_lib
 from chinchax.train.metrics import read_lines
 import chinchax.ladder.grid as grid

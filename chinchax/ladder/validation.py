@@ -3,7 +3,7 @@
 After the grid is fitted, ``ladder.validate`` trains one more run at
 C_val = ``ladder.validate_factor`` × the largest grid budget, with the
 fitted law's N_opt(C_val) (the law ``chinchax plan --law fit.json`` would
-use, :func:`chinchax.laws.law_from_dict`) made a shape by the ladder's
+use, :func:`chinchax.laws.parametric.law_from_dict`) made a shape by the ladder's
 shape rule and given the ``ladder.hparams`` settings. Its row in
 ``results.jsonl`` carries ``"role": "validation"`` and its id starts with
 ``V``; the fit never uses it, and ``fit.json`` / ``fit.md`` compare its
@@ -23,7 +23,7 @@ import pathlib
 
 from chinchax import console
 from chinchax import errors
-from chinchax import laws
+from chinchax.laws import parametric as laws
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib

@@ -33,9 +33,9 @@ import threading
 import time
 
 from chinchax import console
-from chinchax import diskfull
-from chinchax import distributed as distributed_lib
-from chinchax import interrupts
+from chinchax.storage import diskfull
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.runtime import interrupts
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.lease as lease_lib

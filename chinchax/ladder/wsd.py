@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from chinchax import budget
+from chinchax.cost import budget
 import chinchax.ladder.files as files
 import chinchax.ladder.grid as grid
 import chinchax.train.spec as spec_lib

@@ -11,8 +11,8 @@ Modules, by job:
 * ``render`` — the readable report and JSON;
 * ``config_file`` — the config file of a plan (``--write-config``).
 
-The cost of one train step (``chinchax.work``) and the step-time models
-(``chinchax.step_time``) are in the core: the benchmark writes step-time files
+The cost of one train step (``chinchax.cost.work``) and the step-time models
+(``chinchax.cost.step_time``) are in the core: the benchmark writes step-time files
 that the planner reads. The command line is ``chinchax.cli.plan``.
 
 The package imports nothing itself, so ``chinchax.planning.shapes`` (used by

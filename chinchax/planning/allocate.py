@@ -1,6 +1,6 @@
 """Compute-optimal allocation: a FLOP budget C and a scaling law → N*, D* and the frontier loss.
 
-The law objects come from ``chinchax.laws`` (published fits and fit files);
+The law objects come from ``chinchax.laws.parametric`` (published fits and fit files);
 C = 6·N·D (Kaplan et al. 2020, eq. 2.1; Hoffmann et al. 2022, Sec. 3).
 Units: N parameters, D tokens, C FLOPs, loss nats/token.
 """
@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Any
 
-from chinchax import laws as laws_lib
+from chinchax.laws import parametric as laws_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,7 @@ FIT_RANGE_WARN_FACTOR = 10.0
 
 
 def resolve_law(law: Any):
-  """Returns a law object: ``law`` itself, or ``chinchax.laws.get_law(law)`` for a name or path.
+  """Returns a law object: ``law`` itself, or ``chinchax.laws.parametric.get_law(law)`` for a name or path.
 
   Raises:
     ValueError: an unknown name, or a file without a recognisable law.
@@ -78,7 +78,7 @@ def fit_range_warning(C: float, law: Any, factor: float = FIT_RANGE_WARN_FACTOR)
 
 def law_loss(law: Any, N: float, D: float, aspect: float | None = None) -> float | None:
   """L(N, D) in nats/token for a law that predicts loss; None for an allocation-only law.
-  A law with a shape term (:class:`chinchax.laws.AspectLaw`) adds it at ``aspect``
+  A law with a shape term (:class:`chinchax.laws.parametric.AspectLaw`) adds it at ``aspect``
   (d_model / n_layers) when given."""
   if not getattr(law, "has_loss", callable(getattr(law, "loss", None))):
     return None
@@ -92,7 +92,7 @@ def allocate(C: float, law: Any) -> Allocation:
 
   Args:
     C: FLOPs (> 0).
-    law: a law object from ``chinchax.laws`` or its name / fit-file path.
+    law: a law object from ``chinchax.laws.parametric`` or its name / fit-file path.
   Returns:
     The :class:`Allocation`; ``loss`` is the closed-form frontier loss
     L(N*, D*) (Chinchilla eq. 4) for a parametric law, None otherwise.

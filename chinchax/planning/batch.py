@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from chinchax import budget
-from chinchax import hparams as hparams_lib
+from chinchax.cost import budget
+from chinchax.cost import hparams as hparams_lib
 
 # Batch size and peak learning rate follow DeepSeek LLM's compute scaling fits
 # (Bi et al. 2024, arXiv 2401.02954, Sec. 3.1, eq. 1):
@@ -105,5 +105,5 @@ def plan_batch(D: float, *, N: float, seq_len: int, C: float | None = None,
 
 def warmup_steps(N: float, tokens_per_step: int, steps: int) -> int:
   """Warmup of about N tokens (Porian et al. 2024, Sec. 3): ceil(N / tokens_per_step) steps,
-  capped at 10% of ``steps`` (:func:`chinchax.budget.max_warmup_steps`)."""
+  capped at 10% of ``steps`` (:func:`chinchax.cost.budget.max_warmup_steps`)."""
   return hparams_lib.warmup_steps_for_tokens(N, tokens_per_step, steps)

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from chinchax import budget
-from chinchax import hardware as hardware_lib
-from chinchax import step_time as step_time_lib
+from chinchax.cost import budget
+from chinchax.cost import hardware as hardware_lib
+from chinchax.cost import step_time as step_time_lib
 from chinchax.planning import layout as layout_lib
 from chinchax.planning import timed
 from chinchax.planning.errors import PlanError

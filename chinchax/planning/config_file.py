@@ -16,7 +16,7 @@ import os
 import pathlib
 
 from chinchax import config as config_lib
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import unique as unique_lib
 from chinchax.planning.errors import PlanError

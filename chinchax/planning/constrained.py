@@ -1,9 +1,9 @@
 """Planning with a data limit: ``chinchax plan --flops C --unique-tokens U``.
 
 With only U unique tokens, a run of D > U tokens repeats data (D / U epochs), and repeated
-tokens are worth less (:mod:`chinchax.laws_repeat`). The data-constrained optimum is the
+tokens are worth less (:mod:`chinchax.laws.repeat`). The data-constrained optimum is the
 (N, D = C / (6N)) of lowest loss under a repetition law at that U
-(:class:`chinchax.laws_repeat.DataLimitedLaw`: a grid over N and Brent's method); it is
+(:class:`chinchax.laws.repeat.DataLimitedLaw`: a grid over N and Brent's method); it is
 reported beside the unconstrained Chinchilla answer (the base law's N_opt, D_opt with
 unlimited fresh data), with the loss the limit costs.
 
@@ -22,8 +22,8 @@ import json
 import math
 import os
 
-from chinchax import laws
-from chinchax import laws_repeat as lr
+from chinchax.laws import parametric as laws
+from chinchax.laws import repeat as lr
 from chinchax.planning.errors import PlanError
 
 

@@ -1,7 +1,7 @@
 """How a planned run fits its devices: microbatches M, remat and the loss's chunks.
 
 The batch rule fixes the global batch B (sequences per step); what a device
-must hold for it is :func:`chinchax.work.mesh_memory_per_device`'s analytic
+must hold for it is :func:`chinchax.cost.work.mesh_memory_per_device`'s analytic
 estimate. :func:`choose_layout` keeps B and, over the mesh the planner lays
 runs out on (:func:`planned_mesh`: parameters and AdamW state sharded over all
 accelerator devices, mesh.fsdp), takes for each remat policy (none, dots,
@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from chinchax import budget
-from chinchax import hardware as hardware_lib
-from chinchax import step_time as step_time_lib
-from chinchax import work
+from chinchax.cost import budget
+from chinchax.cost import hardware as hardware_lib
+from chinchax.cost import step_time as step_time_lib
+from chinchax.cost import work
 
 # Fraction of a device's memory the analytic estimate must leave free: the model is within
 # ~15% of XLA on most rows of the AOT memory table (docs/compile-tpu.md), and XLA's own

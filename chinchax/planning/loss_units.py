@@ -1,7 +1,7 @@
-"""Which of a plan's loss figures may be printed, and in what units (``chinchax.law_units``).
+"""Which of a plan's loss figures may be printed, and in what units (``chinchax.laws.units``).
 
 :func:`judge` compares the law's units with the tokens the plan trains on
-(:func:`chinchax.law_units.plan_units`):
+(:func:`chinchax.laws.units.plan_units`):
 
 * the same tokenizer: the law's L(N, D) is the plan's predicted loss, unless it
   exceeds ln(vocab_size), a uniform guess's loss: then it is refused as
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 
-from chinchax import law_units
+from chinchax.laws import units as law_units
 from chinchax.planning import planner
 
 

@@ -11,9 +11,9 @@ import jax
 import numpy as np
 
 from chinchax import bench as bench_lib
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 from chinchax.planning import shapes as shapes_lib
 from chinchax.planning.errors import PlanError
 

@@ -8,7 +8,7 @@ Three budgets:
 * ``--hours H --hardware SPEC`` — wall-clock budgets after "Time Matters"
   (Inbar & Sernau 2024): with a step-time model for the hardware (a measured
   file given by ``--step-time-model``, else the analytic roofline of
-  ``chinchax.step_time``) every candidate shape gets the tokens it can see in
+  ``chinchax.cost.step_time``) every candidate shape gets the tokens it can see in
   H hours, D(shape) = floor((H·3600 − t_start) / t_step) · tokens_per_step
   (t_start: start-up seconds when the step-time file records them), and the
   predicted loss L(N, D(shape)); the best shape wins. Candidates span sizes
@@ -17,7 +17,7 @@ Three budgets:
   rule's pick for the law's N* at the compute the hardware delivers in H hours
   — is reported beside the best, with the loss difference.
 * ``--dollars X --hardware SPEC`` — X dollars buy X / ($ per device-hour ×
-  devices) hours (``chinchax/hardware_prices.json``), planned as above;
+  devices) hours (``chinchax/cost/hardware_prices.json``), planned as above;
   reports tokens per dollar and the predicted loss at ¼×…4× the budget.
 
 With a law that predicts no loss (Chinchilla Approaches 1 and 2), the time
@@ -42,15 +42,15 @@ import functools
 import math
 from typing import Any
 
-from chinchax import budget
-from chinchax import hardware as hardware_lib
+from chinchax.cost import budget
+from chinchax.cost import hardware as hardware_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
 from chinchax.planning import layout as layout_lib
 from chinchax.planning import calibrate as calibrate_lib
 from chinchax.planning import reach
 from chinchax.planning import shapes as shapes_lib
-from chinchax import step_time as step_time_lib
+from chinchax.cost import step_time as step_time_lib
 from chinchax.planning import timed
 from chinchax.planning.errors import PlanError
 
@@ -303,7 +303,7 @@ def plan_time(seconds: float, hardware: hardware_lib.Hardware, law: Any = DEFAUL
     hardware: the devices.
     law: law object, name or fit-file path.
     vocab_size, seq_len: as in :func:`plan_flops`.
-    step_time_model: a model from ``chinchax.step_time`` (default: roofline).
+    step_time_model: a model from ``chinchax.cost.step_time`` (default: roofline).
     k: candidates to list.
     mode, budget_dict: how the budget was given (for reporting).
     calibrate: time the best ``calibrate`` candidates (and the FLOP-optimal

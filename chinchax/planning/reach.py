@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax.planning import shapes as shapes_lib
 from chinchax.planning.errors import PlanError
 

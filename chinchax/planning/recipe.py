@@ -1,6 +1,6 @@
 """``chinchax plan --law fit.json``: plan with the recipe the law was fitted on.
 
-A fitted law predicts the loss of runs trained like its own (``chinchax.recipe``):
+A fitted law predicts the loss of runs trained like its own (``chinchax.laws.recipe``):
 the ladder's shape family (fixed depth, two heads), its sequence length and
 tokenizer, its init, its LR and batch rule (with the ladder's base settings and
 fewest steps), its schedule and optimizer. :func:`plan_flops` plans a FLOP
@@ -22,10 +22,10 @@ import json
 import math
 import os
 
-from chinchax import budget
-from chinchax import hardware as hardware_lib
-from chinchax import hparams as hparams_lib
-from chinchax import recipe as recipe_lib
+from chinchax.cost import budget
+from chinchax.cost import hardware as hardware_lib
+from chinchax.cost import hparams as hparams_lib
+from chinchax.laws import recipe as recipe_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
 from chinchax.planning import planner

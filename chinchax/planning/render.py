@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax.planning import constrained
 from chinchax.planning import loss_units
 from chinchax.planning import recipe as recipe_lib

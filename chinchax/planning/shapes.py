@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from chinchax import budget
+from chinchax.cost import budget
 
 
 @dataclasses.dataclass(frozen=True)

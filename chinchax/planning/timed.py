@@ -13,13 +13,13 @@ import dataclasses
 import math
 from typing import Any
 
-from chinchax import budget
-from chinchax import hardware as hardware_lib
+from chinchax.cost import budget
+from chinchax.cost import hardware as hardware_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
 from chinchax.planning import layout as layout_lib
 from chinchax.planning import shapes as shapes_lib
-from chinchax import step_time as step_time_lib
+from chinchax.cost import step_time as step_time_lib
 from chinchax.planning.errors import PlanError
 
 

@@ -10,9 +10,9 @@ a decode step is T = 1.
 
 It reuses the model's own layers: the blocks' RMSNorms and MLPs are called as they are, q/k/v
 and the output projection are the blocks' attention parameters, RoPE is
-``chinchax.model.rope_tables`` / ``apply_rope``; only attention over the cache is written here,
-the same arithmetic as ``chinchax.attention``'s "xla" path (float32 scores scaled by 1/√K, a
-float32 softmax). Letters as in ``chinchax.model``, plus L layers, S cache positions,
+``chinchax.model.transformer.rope_tables`` / ``apply_rope``; only attention over the cache is written here,
+the same arithmetic as ``chinchax.model.attention``'s "xla" path (float32 scores scaled by 1/√K, a
+float32 softmax). Letters as in ``chinchax.model.transformer``, plus L layers, S cache positions,
 G key/value heads.
 """
 
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from chinchax import model as model_lib
+from chinchax.model import transformer as model_lib
 
 
 @jax.tree_util.register_dataclass

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from chinchax import model as model_lib
+from chinchax.model import transformer as model_lib
 from chinchax.sample import cache as cache_lib
 from chinchax.sample import strategies
 from chinchax.sample.error import SampleError

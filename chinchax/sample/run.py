@@ -15,8 +15,8 @@ import pathlib
 
 import numpy as np
 
-from chinchax import export as export_lib
-from chinchax import model as model_lib
+from chinchax.export import writer as export_lib
+from chinchax.model import transformer as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.export import tokenizer_files
 from chinchax.sample import generate as generate_lib

@@ -18,17 +18,17 @@ import time
 
 import jax
 
-from chinchax import budget
+from chinchax.cost import budget
 from chinchax import checkpoint as checkpoint_lib
 from chinchax import config as config_lib
 from chinchax import console
-from chinchax import distributed as distributed_lib
-from chinchax import diskfull
+from chinchax.runtime import distributed as distributed_lib
+from chinchax.storage import diskfull
 from chinchax import errors
-from chinchax import interrupts
-from chinchax import paths as paths_lib
-from chinchax import sharding as sharding_lib
-from chinchax import wandblog
+from chinchax.runtime import interrupts
+from chinchax.storage import paths as paths_lib
+from chinchax.model import sharding as sharding_lib
+from chinchax.tracking import wandblog
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -94,7 +94,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
   evaluated and checkpointed, and the run stops there (``summary["stopped_by_time"]``).
 
   Raises:
-    Preempted: a preemption request (SIGTERM; :class:`~chinchax.interrupts.Interrupted`
+    Preempted: a preemption request (SIGTERM; :class:`~chinchax.runtime.interrupts.Interrupted`
       after Ctrl-C) reached a step boundary; the checkpoint of that step is saved and every
       writer closed first.
   """
@@ -229,7 +229,7 @@ def train(config, devices=None, verbose: bool = True) -> dict:
       ``chinchax.export.hf_source``).
     Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
-      boundary after a checkpoint was saved (see ``chinchax.distributed``).
+      boundary after a checkpoint was saved (see ``chinchax.runtime.distributed``).
   """
   t_start = time.time()
   primary = jax.process_index() == 0

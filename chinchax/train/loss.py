@@ -17,10 +17,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from chinchax import config_checks
-from chinchax import model as model_lib
-from chinchax import sharding
-from chinchax import work
+from chinchax.config import checks as config_checks
+from chinchax.model import transformer as model_lib
+from chinchax.model import sharding
+from chinchax.cost import work
 
 def resolve_chunk_size(value, backend: str, seq_len: int, vocab_size: int) -> int:
   """``train.loss_chunk_size`` as a number of sequence positions (0 = unchunked).

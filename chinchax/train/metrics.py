@@ -9,9 +9,9 @@ import time
 import numpy as np
 
 from chinchax import console
-from chinchax import diskfull
-from chinchax import paths as paths_lib
-from chinchax import tblog
+from chinchax.storage import diskfull
+from chinchax.storage import paths as paths_lib
+from chinchax.tracking import tblog
 
 # On an object store (gs://) an append rewrites the whole object: metrics.jsonl is rewritten at
 # most this often (seconds), and at every checkpoint (:meth:`MetricsLog.sync`) and at the end.
@@ -63,8 +63,8 @@ def read_lines(path, warn: bool = True) -> list[tuple[str, dict]]:
 
 
 class MetricsLog:
-  """Appends JSONL rows and TensorBoard scalars (``chinchax.tblog``; written when ``enabled``),
-  and gives the rows to ``wandb`` (``chinchax.wandblog``) when one is given.
+  """Appends JSONL rows and TensorBoard scalars (``chinchax.tracking.tblog``; written when ``enabled``),
+  and gives the rows to ``wandb`` (``chinchax.tracking.wandblog``) when one is given.
 
   On resume drops JSONL rows past the restored step and purges them in
   TensorBoard; :attr:`last_loss` is the last training loss kept (NaN if none),
@@ -82,7 +82,7 @@ class MetricsLog:
 
   def __init__(self, path: pathlib.Path, resume_step: int, enabled: bool, wandb=None):
     self.path, self.enabled = path, enabled
-    self.wandb = wandb  # a chinchax.wandblog.RunLogger: the same rows to Weights & Biases
+    self.wandb = wandb  # a chinchax.tracking.wandblog.RunLogger: the same rows to Weights & Biases
     self._object = paths_lib.is_url(path)
     self._lines: list[str] = []  # an object store's rows (rewritten whole)
     self._dirty, self._rewritten_at = False, time.monotonic()

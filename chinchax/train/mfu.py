@@ -11,14 +11,14 @@ import time
 import jax
 import jax.numpy as jnp
 
-from chinchax import hardware as hardware_lib
+from chinchax.cost import hardware as hardware_lib
 
 def peak_flops(config, n_devices: int) -> tuple[float, str]:
   """Peak FLOP/s of the devices a run uses (the MFU denominator), and its source.
 
   Order: ``train.peak_flops_per_device`` × devices if set; the dense bf16
   data-sheet peak of a known accelerator (the accelerator table,
-  ``chinchax.hardware.device_peak_flops``) × devices; on CPU, where virtual
+  ``chinchax.cost.hardware.device_peak_flops``) × devices; on CPU, where virtual
   devices share the host's cores, a measured float32 matmul throughput of the
   host × processes, measured once per host and cached (:func:`host_cpu_flops`),
   so the MFU of identical runs is comparable.

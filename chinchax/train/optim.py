@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from chinchax import model as model_lib
+from chinchax.model import transformer as model_lib
 from chinchax.train.spec import RunSpec
 
 

@@ -18,7 +18,7 @@ import tempfile
 import jax
 
 from chinchax import console
-from chinchax import paths as paths_lib
+from chinchax.storage import paths as paths_lib
 
 PROFILE_DIR = "profile"
 

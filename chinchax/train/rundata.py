@@ -8,7 +8,7 @@ import pathlib
 import jax
 
 from chinchax import config as config_lib
-from chinchax import distributed as distributed_lib
+from chinchax.runtime import distributed as distributed_lib
 from chinchax.data import builder as builder_lib
 from chinchax.data import pipeline as pipeline_lib
 from chinchax.data import store as store_lib

@@ -6,10 +6,10 @@ import dataclasses
 
 import jax
 
-from chinchax import attention as attention_lib
-from chinchax import budget
+from chinchax.model import attention as attention_lib
+from chinchax.cost import budget
 from chinchax import config as config_lib
-from chinchax import model as model_lib
+from chinchax.model import transformer as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
 import chinchax.train.loss as loss_lib
 

@@ -3,7 +3,7 @@
 :func:`build_program` turns a config and its :class:`~chinchax.train.spec.RunSpec`
 into a :class:`TrainProgram` on a mesh: the optimizer, the model's graph
 definition, the abstract train state and its shardings (from the one rules
-table in ``chinchax.sharding``), the pure train step jitted with explicit
+table in ``chinchax.model.sharding``), the pure train step jitted with explicit
 in/out shardings and the state donated, and the jitted eval step. Nothing is
 allocated or compiled until :meth:`TrainProgram.init_state` or the first call.
 
@@ -22,8 +22,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from chinchax import config as config_lib
-from chinchax import model as model_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import transformer as model_lib
+from chinchax.model import sharding as sharding_lib
 import chinchax.train.compiler as compiler
 import chinchax.train.loss as loss_lib
 import chinchax.train.optim as optim

@@ -41,7 +41,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from chinchax import config as config_lib
-from chinchax import sharding as sharding_lib
+from chinchax.model import sharding as sharding_lib
 import chinchax.train.optim as optim
 import chinchax.train.step as step_lib
 from chinchax.train.evaluate import Evaluator

@@ -1,0 +1,60 @@
+"""IsoFLOP runs generated from a known law, for testing the fitters and for benchmarks."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from chinchax.laws import parametric as laws
+from analysis.runs import Runs, runs_from_arrays, tokens_6nd
+
+
+def synthetic_runs(law: laws.ParametricLaw, budgets: Sequence[float], *, n_sizes: int = 7,
+                   span: float = 8.0, noise: float = 0.0, seed: int = 0,
+                   curve_points: int = 0, curve_noise: float = 0.0) -> Runs:
+  """IsoFLOP runs whose losses come from a known law, for testing the fitters.
+
+  For each budget C, ``n_sizes`` model sizes log-spaced over
+  [N_opt(C) / span, N_opt(C) · span] get D = C / (6N) tokens and final loss
+  L(N, D) · exp(noise · z), z ~ N(0, 1) per run (so ``noise`` is the standard
+  deviation of ln L).
+
+  Args:
+    law: the true law.
+    budgets: IsoFLOP budgets, FLOPs.
+    n_sizes: sizes per budget.
+    span: factor between the optimum and the smallest/largest size.
+    noise: standard deviation of the per-run noise on ln L.
+    seed: seed of the noise.
+    curve_points: if > 0, each run also gets an eval curve of that many
+      points log-spaced from C/100 to C: L(N, flops / (6N)) times the run's
+      noise factor times exp(curve_noise · z) per point; its last point is the
+      final loss (for Approach 1).
+    curve_noise: standard deviation of the extra per-point noise on ln L.
+
+  Returns:
+    :class:`Runs` with one budget per entry of ``budgets``.
+  """
+  rng = np.random.default_rng(seed)
+  N, D, loss, budget, curves = [], [], [], [], []
+  for C in budgets:
+    n_opt, _ = law.optimal_allocation(float(C))
+    for n in n_opt * np.geomspace(1.0 / span, span, n_sizes):
+      d = tokens_6nd(C, n)
+      run_factor = math.exp(noise * rng.standard_normal())
+      if curve_points > 0:
+        flops = np.geomspace(C / 100.0, C, curve_points)
+        curve_loss = law.loss(n, tokens_6nd(flops, n)) * run_factor * np.exp(
+            curve_noise * rng.standard_normal(curve_points))
+        curves.append(np.stack([flops, curve_loss], axis=1))
+        final = float(curve_loss[-1])
+      else:
+        final = float(law.loss(n, d) * run_factor)
+      N.append(n)
+      D.append(d)
+      loss.append(final)
+      budget.append(float(C))
+  return runs_from_arrays(N, D, loss, budget=budget, curves=curves if curve_points > 0 else None,
+                          source=f"synthetic:{law.name}")

@@ -1,0 +1,10 @@
+"""Scaling laws: what a fitted or published law says, in which units, and for which recipe.
+
+- :mod:`chinchax.laws.parametric`: L(N, D) = E + A/N^alpha + B/D^beta, the power-law allocation
+  N_opt ∝ C^a, D_opt ∝ C^b, and the published laws (Chinchilla and its refits);
+- :mod:`chinchax.laws.repeat`: data-constrained laws (repeated tokens, Muennighoff et al. 2023);
+- :mod:`chinchax.laws.units`: the units a loss is measured in (tokenizer, corpus);
+- :mod:`chinchax.laws.recipe`: the recipe a law holds for (shape family, LR rule, schedule, ...).
+
+May import: nothing of chinchax (pure numerics).
+"""

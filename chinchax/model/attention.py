@@ -1,0 +1,178 @@
+"""Causal attention behind one switch.
+
+Implementations:
+  xla    einsum + float32 softmax + einsum; runs everywhere.
+  cudnn  ``jax.nn.dot_product_attention(implementation="cudnn")``: cuDNN flash
+         attention on NVIDIA GPUs (bf16/fp16 only).
+  splash the Pallas splash-attention kernel on TPU
+         (``jax.experimental.pallas.ops.tpu.splash_attention``): block-sparse
+         causal flash attention that skips the masked half. Under a mesh it
+         runs per shard (``jax.shard_map``) with batch and heads split as
+         ``chinchax.model.sharding``'s rules say.
+  auto   cudnn on a GPU with a 16-bit compute dtype, else xla.
+
+Grouped-query attention (keys and values with G heads, G dividing the H query
+heads; query head h reads key/value head h // (H/G)) runs natively in all three:
+xla groups the queries [B, T, G, H/G, K] against k/v [B, T, G, K] (no repeated
+copy of k/v); ``jax.nn.dot_product_attention`` takes k/v with fewer heads (GQA
+when H is a multiple of G, its docs); the splash MHA kernel takes k/v of
+[G, T, K] against q of [H, T, K] (``q_heads_per_kv_head`` in the kernel).
+
+:func:`resolve_impl` turns the config value into the one that will run and
+says why when it falls back.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from chinchax import console
+from chinchax.model import sharding as sharding_lib
+
+IMPLS = ("auto", "xla", "cudnn", "splash")
+SPLASH_BLOCK = 128  # splash kernel block size (tokens); seq_len must be a multiple of it
+
+
+def resolve_impl(impl: str, backend: str, compute_dtype: str, document_mask: bool = False) -> str:
+  """Chooses the attention implementation that will actually run.
+
+  Args:
+    impl: requested implementation, one of ``IMPLS``.
+    backend: ``jax.default_backend()`` ("cpu", "gpu", "tpu").
+    compute_dtype: "float32" or "bfloat16".
+    document_mask: attention within documents (segment ids): "xla" only.
+  Returns:
+    "xla", "cudnn" or "splash".
+  Raises:
+    ValueError: for an unknown ``impl``.
+  """
+  if impl not in IMPLS:
+    raise ValueError(f"attention implementation {impl!r} is not one of {IMPLS}")
+  if document_mask:
+    if impl not in ("auto", "xla"):
+      console.warn(f"attention={impl!r} has no document mask here; model.document_mask runs "
+                   f"with 'xla'")
+    return "xla"
+  if impl == "splash":
+    reason = splash_unavailable(backend)
+    if reason:
+      console.warn(f"attention='splash' {reason}; falling back to 'xla'")
+      return "xla"
+    return impl
+  cudnn_ok = backend == "gpu" and compute_dtype in ("bfloat16", "float16")
+  if impl == "auto":
+    return "cudnn" if cudnn_ok else "xla"
+  if impl == "cudnn" and not cudnn_ok:
+    console.warn(f"attention='cudnn' needs an NVIDIA GPU and a 16-bit compute dtype "
+                 f"(backend={backend}, compute_dtype={compute_dtype}); falling back to 'xla'")
+    return "xla"
+  return impl
+
+
+def splash_unavailable(backend: str) -> str | None:
+  """Why the splash kernel cannot run on ``backend`` (None when it can)."""
+  if backend != "tpu":
+    return f"(Pallas splash attention) needs a TPU, the backend is {backend!r}"
+  try:
+    from jax.experimental.pallas.ops.tpu import splash_attention  # noqa: F401
+  except ImportError as e:
+    return f"(Pallas splash attention) cannot be imported in this JAX ({e})"
+  return None
+
+
+def splash_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
+                     interpret: bool = False) -> jax.Array:
+  """Causal attention with the Pallas splash kernel (TPU; ``interpret=True`` runs anywhere, slowly).
+
+  Args:
+    q_BTHK: [B, T, H, K] queries; T a multiple of :data:`SPLASH_BLOCK` (or smaller than it).
+    k_BTGK, v_BTGK: [B, T, G, K] keys and values, G dividing H (G = H: multi-head).
+    interpret: run the kernel in the Pallas interpreter (for tests on CPU).
+  Returns:
+    [B, T, H, K] in the dtype of ``q_BTHK``.
+  Raises:
+    ValueError: T is not a multiple of the block size.
+  """
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+  T, K = q_BTHK.shape[1], q_BTHK.shape[3]
+  block = min(SPLASH_BLOCK, T)
+  if T % block:
+    raise ValueError(f"splash attention needs seq_len a multiple of {SPLASH_BLOCK}, got {T}")
+
+  def local(q_BTHK, k_BTGK, v_BTGK):
+    H = q_BTHK.shape[2]  # heads of this shard
+    mask = splash.MultiHeadMask([splash.CausalMask((T, T)) for _ in range(H)])
+    sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
+                              block_q_dkv=block, block_kv_dkv=block,
+                              block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes,
+                                    interpret=interpret)
+    to_bhtk = lambda x: jnp.swapaxes(x, 1, 2)
+    q_BHTK = to_bhtk(q_BTHK * jnp.asarray(K ** -0.5, q_BTHK.dtype))
+    out_BHTK = jax.vmap(kernel)(q_BHTK, to_bhtk(k_BTGK), to_bhtk(v_BTGK))
+    return jnp.swapaxes(out_BHTK, 1, 2).astype(q_BTHK.dtype)
+
+  mesh = jax.typeof(q_BTHK).sharding.mesh
+  if mesh.empty or mesh.size == 1:
+    return local(q_BTHK, k_BTGK, v_BTGK)
+  spec = sharding_lib.logical_to_spec(("batch", "seq", "heads", "kv"), q_BTHK.shape, mesh)
+  kv_spec = sharding_lib.logical_to_spec(("batch", "seq", "kv_heads", "kv"), k_BTGK.shape, mesh)
+  return jax.shard_map(local, mesh=mesh, in_specs=(spec, kv_spec, kv_spec), out_specs=spec,
+                       check_vma=False)(q_BTHK, k_BTGK, v_BTGK)
+
+
+def causal_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
+                     impl: str = "xla", segment_ids_BT: jax.Array | None = None) -> jax.Array:
+  """Causal multi-head or grouped-query attention softmax(q kᵀ / √K + mask) v.
+
+  Args:
+    q_BTHK: [B, T, H, K] queries.
+    k_BTGK, v_BTGK: [B, T, G, K] keys and values; G divides H and query head h reads
+      key/value head h // (H/G) (G = H: multi-head, computed exactly as before grouping).
+    impl: "xla", "cudnn" or "splash" (already resolved by :func:`resolve_impl`).
+    segment_ids_BT: int [B, T] document index of each position; when given, a
+      query attends only to earlier keys of its own document ("xla" only:
+      :func:`resolve_impl` falls back to it). Its cost in XLA's cost analysis of a
+      train step (d_model 128, 4 layers, T 512, batch 8, CPU): +0.10% FLOPs,
+      +0.01% bytes accessed (the [B, T, T] comparison beside the causal mask).
+  Returns:
+    [B, T, H, K] attention output, in the dtype of ``q_BTHK``.
+  Raises:
+    ValueError: segment ids with an implementation other than "xla"; G not dividing H.
+  """
+  B, T, H, K = q_BTHK.shape
+  G = k_BTGK.shape[2]
+  if H % G:
+    raise ValueError(f"{G} key/value heads do not divide {H} query heads")
+  if segment_ids_BT is not None and impl != "xla":
+    raise ValueError(f"document-masked attention runs with attention='xla', not {impl!r}")
+  if impl == "splash":
+    return splash_attention(q_BTHK, k_BTGK, v_BTGK)
+  if impl == "cudnn":
+    return jax.nn.dot_product_attention(q_BTHK, k_BTGK, v_BTGK, is_causal=True,
+                                        implementation="cudnn")
+  mask_TT = jnp.tril(jnp.ones((T, T), dtype=bool))
+  same_doc_BTT = (None if segment_ids_BT is None
+                  else segment_ids_BT[:, :, None] == segment_ids_BT[:, None, :])
+  scale = jnp.sqrt(jnp.float32(K))
+  if G == H:  # multi-head
+    scores_BHTT = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BTGK,
+                             preferred_element_type=jnp.float32) / scale
+    mask_BHTT = mask_TT[None, None]
+    if same_doc_BTT is not None:
+      mask_BHTT = mask_BHTT & same_doc_BTT[:, None]
+    scores_BHTT = jnp.where(mask_BHTT, scores_BHTT, jnp.finfo(jnp.float32).min)
+    probs_BHTT = jax.nn.softmax(scores_BHTT, axis=-1).astype(v_BTGK.dtype)
+    return jnp.einsum("bhts,bshk->bthk", probs_BHTT, v_BTGK)
+  # Grouped: the R = H/G query heads of a group share its key/value head.
+  q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
+  scores_BGRTT = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BTGK,
+                            preferred_element_type=jnp.float32) / scale
+  mask_BGRTT = mask_TT[None, None, None]
+  if same_doc_BTT is not None:
+    mask_BGRTT = mask_BGRTT & same_doc_BTT[:, None, None]
+  scores_BGRTT = jnp.where(mask_BGRTT, scores_BGRTT, jnp.finfo(jnp.float32).min)
+  probs_BGRTT = jax.nn.softmax(scores_BGRTT, axis=-1).astype(v_BTGK.dtype)
+  return jnp.einsum("bgrts,bsgk->btgrk", probs_BGRTT, v_BTGK).reshape(B, T, H, K)
