@@ -12,7 +12,7 @@ import time
 import pytest
 
 from chinchax import ladder
-from chinchax.ladder import files
+from chinchax.storage import atomic as files
 from test_ladder import REPO, _ladder_cli, _ladder_config
 
 # Runs the table and file modules without importing chinchax (and JAX): they use the stdlib only.
@@ -36,7 +36,7 @@ for i in range(n):
 
 _RACER = _STUB + """
 import pathlib, time
-from chinchax.ladder import files
+from chinchax.storage import atomic as files
 path, me, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start:
   time.sleep(0.0005)

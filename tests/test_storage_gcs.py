@@ -11,7 +11,7 @@ import time
 import pytest
 
 from chinchax.storage import paths as paths_lib
-from chinchax.ladder import files
+from chinchax.storage import atomic as files
 from gcs_server import gcs, gcs_url  # noqa: F401 — fixtures
 from test_train import REPO, _run_cli
 
@@ -54,7 +54,7 @@ def test_writable_check_leaves_nothing_and_names_the_url(gcs_url):
 
 _RACER = """
 import sys, time
-from chinchax.ladder import files
+from chinchax.storage import atomic as files
 url, me, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start:
   time.sleep(0.0005)

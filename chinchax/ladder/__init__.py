@@ -2,7 +2,7 @@
 
 The grid (:mod:`~chinchax.ladder.grid`) places ``sizes_per_budget`` model sizes
 around the predicted optimum of each FLOP budget. Each run is an idempotent
-unit of the shared workdir — a lease (:mod:`~chinchax.ladder.lease`), its
+unit of the shared workdir — a lease (:mod:`~chinchax.storage.lease`), its
 training workdir with checkpoints, and one result row
 (:mod:`~chinchax.ladder.table`) — so one process, K local processes
 (:mod:`~chinchax.ladder.local`) or workers on many machines
@@ -19,7 +19,7 @@ from chinchax.ladder.driver import (INCOMPLETE_EXIT_CODE, RUNS_FAILED_EXIT_CODE,
                                     WORKER_DIED_EXIT_CODE, describe, failed_rows, finish_line,
                                     run_ladder)
 from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladder
-from chinchax.ladder.lease import Lease, Leases, worker_id
+from chinchax.storage.lease import Lease, Leases, worker_id
 from chinchax.ladder.local import (LocalResult, die_with_parent, is_local_worker,
                                    run_local_workers, worker_command)
 from chinchax.ladder.progress import LadderProgress

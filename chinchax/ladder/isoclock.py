@@ -39,7 +39,7 @@ import shutil
 from chinchax.cost import budget
 from chinchax import train as train_lib
 from chinchax.checkpoint.integrity import saved_steps
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 
@@ -151,14 +151,14 @@ def train_clocked(plan, r: grid.LadderRun, tp: dict) -> tuple[dict, object, dict
     k0 = max(saved_steps(stable_dir), default=0)  # steps of an interrupted stable phase
     before_s = k0 * tp["step_time_s"]
     cfg = stable_config(plan, r, tp, max(tp["stable_s"] - before_s, 1e-9))
-    s = train_lib.train(cfg, devices=plan.devices, verbose=False)
+    s = train_lib.train(cfg, devices=plan.devices, verbose=False, lease_held=True)
     k, t = int(s["steps"]), float(s["step_time_s"])
     tp = decide(tp, k, t, before_s + t * (k - k0))
     tp["stable"].update(compile_s=s.get("compile_s"), resumed_at=k0,
                         stopped_by_time=bool(s.get("stopped_by_time")))
     _write(path, tp)
   cfg = decay_config(plan, r, tp)
-  summary = dict(train_lib.train(cfg, devices=plan.devices, verbose=False))
+  summary = dict(train_lib.train(cfg, devices=plan.devices, verbose=False, lease_held=True))
   k, S = tp["decay_start_step"], tp["steps"]
   decay_t = summary.get("step_time_s")
   if decay_t is not None and math.isfinite(decay_t) and summary["steps"] == S:

@@ -51,7 +51,7 @@ from chinchax.cost import hardware as hardware_lib
 from chinchax.laws import parametric as laws
 from chinchax.cost import step_time as step_time_lib
 from chinchax import train as train_lib
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 import chinchax.ladder.grid as grid
 
 PROBES_DIR = "probes"
@@ -146,7 +146,7 @@ def probe(plan, r: grid.LadderRun) -> dict:
                    eval_windows=0, eval_batches=1, checkpoint_every=never, keep_checkpoints=1,
                    save_steps="")
   try:
-    summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
+    summary = train_lib.train(cfg, devices=plan.devices, verbose=False, lease_held=True)
   except Exception as e:  # noqa: BLE001 — one clear error for the run that needed it
     raise config_lib.ConfigError(
         f"the step-time probe of run {r.run_id} (d_model {r.shape.d_model} × "

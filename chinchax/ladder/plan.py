@@ -21,10 +21,10 @@ from chinchax import train as train_lib
 from chinchax.tracking import wandblog
 from chinchax.data import sources as sources_lib
 from chinchax.data import unique as unique_lib
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
-import chinchax.ladder.lease as lease_lib
+from chinchax.storage import lease as lease_lib
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.tuning as tuning

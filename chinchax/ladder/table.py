@@ -16,7 +16,7 @@ the newer rows on its check and merges again). No ``flock`` is needed; rows
 known by name (the grid's run ids) are opened by name, so a shared
 filesystem's cached directory listing cannot hide them.
 
-This module and :mod:`chinchax.ladder.files` use the standard library only.
+This module and :mod:`chinchax.storage.atomic` use the standard library only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import pathlib
 import sys
 
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 
 ROWS_DIR = "rows"
 STALE_ROWS_DIR = "stale-rows"  # rows taken out of the table (a validation run of an older fit)

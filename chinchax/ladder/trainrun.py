@@ -68,7 +68,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
     if clocked:  # stable phase on the run's clock, then its steps are fixed and it decays
       tp, cfg, summary = isoclock.train_clocked(plan, r, tp)
     else:
-      summary = train_lib.train(cfg, devices=plan.devices, verbose=False)
+      summary = train_lib.train(cfg, devices=plan.devices, verbose=False, lease_held=True)
     row.update({
         "status": "done", "D": summary["tokens"], "steps": summary["steps"],
         "C_6nd": budget.flops_6nd(r.counts.total, summary["tokens"]),

@@ -26,7 +26,7 @@ from chinchax import errors
 from chinchax.laws import parametric as laws
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
-import chinchax.ladder.lease as lease_lib
+from chinchax.storage import lease as lease_lib
 import chinchax.ladder.plan as plan_lib
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.worker as worker_lib

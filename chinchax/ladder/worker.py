@@ -2,7 +2,7 @@
 
 Every run of the grid is an idempotent unit of the shared workdir:
 
-  ``leases/<run_id>.<gen>``  who runs it (:mod:`chinchax.ladder.lease`)
+  ``leases/<run_id>.<gen>``  who runs it (:mod:`chinchax.storage.lease`)
   ``runs/<run_id>/``         its training workdir (checkpoints: a run taken
                              over from a dead worker resumes from them)
   ``rows/<run_id>.json``     its result row, merged into ``results.jsonl``
@@ -36,9 +36,9 @@ from chinchax import console
 from chinchax.storage import diskfull
 from chinchax.runtime import distributed as distributed_lib
 from chinchax.runtime import interrupts
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 import chinchax.ladder.grid as grid
-import chinchax.ladder.lease as lease_lib
+from chinchax.storage import lease as lease_lib
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.wsd as wsd_lib
 from chinchax.ladder.plan import GRID_FILE, LadderPlan, check_corpus, prepare  # noqa: F401

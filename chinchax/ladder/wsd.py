@@ -31,7 +31,7 @@ import dataclasses
 import pathlib
 
 from chinchax.cost import budget
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 import chinchax.ladder.grid as grid
 import chinchax.train.spec as spec_lib
 

@@ -27,6 +27,7 @@ from chinchax.storage import diskfull
 from chinchax import errors
 from chinchax.runtime import interrupts
 from chinchax.storage import paths as paths_lib
+from chinchax.storage import workdir_lock
 from chinchax.model import sharding as sharding_lib
 from chinchax.tracking import wandblog
 from chinchax.data import pipeline as pipeline_lib
@@ -86,7 +87,8 @@ def _restore_or_init(ckpt: checkpoint_lib.Checkpointer, program: step_lib.TrainP
 
 @interrupts.deferring  # Ctrl-C stops at the next step boundary, after a checkpoint
 def _run_steps(config, program, data: RunData, state, start_step: int,
-               ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate):
+               ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate,
+               lock: workdir_lock.WorkdirLock | None = None):
   """Runs steps start_step … steps-1: log, eval and checkpoint on their schedules.
 
   With ``train.stop_after_s`` > 0 the first step after which this call has trained that
@@ -125,17 +127,17 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
           extra["eval_loss_se"] = log.eval_loss_se
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
       if is_last or done % t.checkpoint_every == 0 or done in ckpt.save_steps:
-        _save(config, log, ckpt, done, state, force=is_last)
+        _save(config, log, ckpt, done, state, force=is_last, lock=lock)
       log.restart_window()
       if stop:  # train.stop_after_s: this step is the run's last of this call
         log.stopped_by_time = done < spec.steps
         break
     elif done % t.checkpoint_every == 0 or done in ckpt.save_steps:
-      _save(config, log, ckpt, done, state)
+      _save(config, log, ckpt, done, state, lock=lock)
     if not is_last and distributed_lib.reached_preemption(done):
       log.flush()
       if ckpt.latest_step() != done:
-        _save(config, log, ckpt, done, state, force=True)
+        _save(config, log, ckpt, done, state, force=True, lock=lock)
       prof.stop()
       _shut_down(ckpt, log)  # the command line reports it once, from the exception
       raise interrupts.stop_error(done, str(ckpt.directory.parent))
@@ -145,15 +147,22 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
 
 
 def _save(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, state,
-          force: bool = False) -> None:
+          force: bool = False, lock: workdir_lock.WorkdirLock | None = None) -> None:
   """Checks the state is finite, then starts its save (at the interval, or ``force``).
 
   Raises:
     Diverged: see :func:`_check_finite`.
+    WorkdirBusy: another process took the workdir's lock over; nothing more is written.
     CheckpointError: the checkpoint directory cannot be written; the metric
       rows so far are written and the logs closed first.
   """
   _check_finite(config, log, ckpt, done, state)
+  if lock is not None:
+    try:
+      lock.check()
+    except workdir_lock.WorkdirBusy:
+      ckpt.wait_and_close()
+      raise
   log.flush()
   log.metrics.sync()  # every row so far is in metrics.jsonl before the checkpoint can commit
   try:
@@ -206,13 +215,16 @@ def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: StepLog) -> None:
     log.close()
 
 
-def train(config, devices=None, verbose: bool = True) -> dict:
+def train(config, devices=None, verbose: bool = True, lease_held: bool = False) -> dict:
   """Runs (or resumes) one training run; returns the summary also written to summary.json.
 
   Args:
     config: the run's ConfigDict (see ``chinchax.config``).
     devices: devices to build the mesh from (default: all ``jax.devices()``).
     verbose: print the budget, data and result lines (process 0 only).
+    lease_held: the caller holds a lease that makes it this workdir's one writer (a ladder
+      worker): an earlier workdir lock is taken over without asking
+      (:mod:`chinchax.storage.workdir_lock`).
 
   Raises:
     ConfigError: invalid config (before any data is read), or ``train.stop_after_s`` in a
@@ -230,6 +242,8 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     Diverged: a non-finite loss, grad norm or state (``train.stop_on_nonfinite``).
     Preempted: a preemption request (SIGTERM) stopped the run at a step
       boundary after a checkpoint was saved (see ``chinchax.runtime.distributed``).
+    WorkdirBusy: another live process holds the workdir (before anything in it is written),
+      or took it over during the run (before the next checkpoint).
   """
   t_start = time.time()
   primary = jax.process_index() == 0
@@ -248,97 +262,107 @@ def train(config, devices=None, verbose: bool = True) -> dict:
     if path == workdir or path.exists():
       paths_lib.check_writable_dir(path, what)
   paths_lib.check_writable_dir(config.data.store_root, "data.store_root")
-  mesh = sharding_lib.make_mesh(spec.mesh, devices)
-  trials = trials_lib.parse_trials(config)  # train.lr_multipliers × train.trial_seeds
-  trials_lib.check_supported(config, trials)
-  if trials:  # shapes and jit wrappers: no compile yet
-    program, single = trials_lib.build_trials_program(config, spec, mesh, trials)
-  else:
-    program = single = step_lib.build_program(config, spec, mesh)
-  tokenizer = tokenizers_lib.make_tokenizer(config.data)
-  tokenizer_sha256 = getattr(tokenizer, "digest", None)  # a BPE still to train has none yet
-  checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
-                                  tokenizer_sha256=tokenizer_sha256,
-                                  abstract_state=program.abstract_state)
-  init_src = None
-  if hf_src is None and config.train.init_from.strip() and not checkpoint_lib.has_checkpoints(
-      workdir):
-    init_src = checkpoint_lib.check_init_source(
-        config, workdir, spec.steps, vocab_size=spec.model.vocab_size,
-        tokenizer_sha256=tokenizer_sha256, abstract_state=program.abstract_state)
-  say(spec_lib.describe(spec, config, len(devices)))
-  if trials:
-    say(trials_lib.describe(trials))
-
-  rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
-                                           spec.global_batch_size)
-  eval_rows = (distributed_lib.process_row_range(
-      sharding_lib.batch_sharding(mesh),
-      pipeline_lib.eval_chunk_rows(spec.mesh["data"] * spec.mesh["fsdp"]))
-      if config.train.eval_windows else None)
-  data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
-      workdir, "store_fingerprint", fp), eval_rows=eval_rows)
-  of = (f" of {data.unique_tokens:,} unique tokens (data.unique_tokens="
-        f"{config.data.unique_tokens:,} in whole documents, {config.data.unique_order} order)"
-        if config.data.unique_tokens else "")
-  say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
-      f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs{of}")
-  if init_src is not None:
-    init_src.check_tokenizer(data.train_split.manifest["tokenizer"]["sha256"])
-  unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
-
-  workdir.mkdir(parents=True, exist_ok=True)
-  ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
-                                     config.train.keep_checkpoints,
-                                     config_lib.parse_save_steps(config.train.save_steps))
-  state, resumed, init = _restore_or_init(ckpt, program, init_src, workdir, hf_src)
-  start_step = int(jax.device_get(state["step"]))
-  if primary:
-    manifest = data.train_split.manifest
-    checkpoint_lib.write_run_config(workdir, config, spec, {
-        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
-        "store_fingerprint": manifest["fingerprint"]}, init=init)
-  if resumed:
-    say(f"resumed from checkpoint at step {start_step} in {workdir}"
-        + (" (train.init_from is ignored: the run goes on from its own checkpoints)"
-           if config.train.init_from.strip() else ""))
-  elif init:
-    say(f"started from the checkpoint at step {init['step']} in {init['from']} "
-        f"(train.init_from)")
-
-  peak_total, peak_src = mfu.peak_flops(config, len(devices))
-  bar = console.progress(total=spec.steps, initial=start_step, unit="step",
-                         enabled=config.train.progress and primary and start_step < spec.steps)
-  wandb = wandblog.open_run(config, workdir) if primary else None  # train.wandb: W&B too
-  log = StepLog(spec, data, MetricsLog(workdir / "metrics.jsonl", start_step, primary, wandb), bar,
-                budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
-                * max(1, len(trials)), peak_total)  # MFU counts every trial's FLOPs
-  evaluate = (trials_lib.TrialsEvaluator(single, data, config.train.curve_eval_windows,
-                                         len(trials)) if trials
-              else Evaluator(program, data, config.train.curve_eval_windows))
+  # one writer per workdir: taken before anything in it is written or deleted (orbax's manager
+  # removes unfinished checkpoints when it opens), and before a refused process does any work;
+  # process 0 holds it for a multi-host run
+  lock = workdir_lock.acquire(workdir, lease_held=lease_held) if primary else None
   try:
-    state = _run_steps(config, program, data, state, start_step, ckpt, log, evaluate)
-  except diskfull.DiskFull:  # a metrics row: pending checkpoint writes end before the error line
-    try:
-      ckpt.wait_and_close()
-    except Exception:  # noqa: BLE001 — the disk is full: the error being raised says so
-      pass
-    raise
+    mesh = sharding_lib.make_mesh(spec.mesh, devices)
+    trials = trials_lib.parse_trials(config)  # train.lr_multipliers × train.trial_seeds
+    trials_lib.check_supported(config, trials)
+    if trials:  # shapes and jit wrappers: no compile yet
+      program, single = trials_lib.build_trials_program(config, spec, mesh, trials)
+    else:
+      program = single = step_lib.build_program(config, spec, mesh)
+    tokenizer = tokenizers_lib.make_tokenizer(config.data)
+    tokenizer_sha256 = getattr(tokenizer, "digest", None)  # a BPE still to train has none yet
+    checkpoint_lib.check_compatible(workdir, config, vocab_size=spec.model.vocab_size,
+                                    tokenizer_sha256=tokenizer_sha256,
+                                    abstract_state=program.abstract_state)
+    init_src = None
+    if hf_src is None and config.train.init_from.strip() and not checkpoint_lib.has_checkpoints(
+        workdir):
+      init_src = checkpoint_lib.check_init_source(
+          config, workdir, spec.steps, vocab_size=spec.model.vocab_size,
+          tokenizer_sha256=tokenizer_sha256, abstract_state=program.abstract_state)
+    say(spec_lib.describe(spec, config, len(devices)))
+    if trials:
+      say(trials_lib.describe(trials))
 
-  if math.isnan(log.eval_loss):
-    log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state)
-  summary = summarize(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
-                     unigram=unigram, peak_src=peak_src, resumed=resumed,
-                     wall_s=time.time() - t_start, init=init,
-                     compiler_options=program.compiler_options)
-  if trials:
-    summary = trials_lib.summarize_trials(summary, trials, evaluate, log.metrics.last_trial_loss,
-                                          jax.device_get(state["diverged_step"]),
-                                          data.train_bits_per_byte)
-  summary = keep_measured_speed(summary, workdir / "summary.json")
-  if primary:
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
-  report(summary, spec, say)
-  if trials:
-    trials_lib.report(summary, say)
-  return summary
+    rows = distributed_lib.process_row_range(sharding_lib.batch_sharding(mesh),
+                                             spec.global_batch_size)
+    eval_rows = (distributed_lib.process_row_range(
+        sharding_lib.batch_sharding(mesh),
+        pipeline_lib.eval_chunk_rows(spec.mesh["data"] * spec.mesh["fsdp"]))
+        if config.train.eval_windows else None)
+    data = prepare_data(config, spec, rows, on_scan=lambda fp: checkpoint_lib.check_data_signature(
+        workdir, "store_fingerprint", fp), eval_rows=eval_rows)
+    of = (f" of {data.unique_tokens:,} unique tokens (data.unique_tokens="
+          f"{config.data.unique_tokens:,} in whole documents, {config.data.unique_order} order)"
+          if config.data.unique_tokens else "")
+    say(f"data    store {data.directory}: train {data.train_split.n_tokens:,} tokens, val "
+        f"{data.val_split.n_tokens:,} tokens; run reads {data.batches.plan.epochs:.3f} epochs{of}")
+    if init_src is not None:
+      init_src.check_tokenizer(data.train_split.manifest["tokenizer"]["sha256"])
+    unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
+                                       config.train.keep_checkpoints,
+                                       config_lib.parse_save_steps(config.train.save_steps))
+    state, resumed, init = _restore_or_init(ckpt, program, init_src, workdir, hf_src)
+    start_step = int(jax.device_get(state["step"]))
+    if primary:
+      manifest = data.train_split.manifest
+      checkpoint_lib.write_run_config(workdir, config, spec, {
+          "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+          "store_fingerprint": manifest["fingerprint"]}, init=init)
+    if resumed:
+      say(f"resumed from checkpoint at step {start_step} in {workdir}"
+          + (" (train.init_from is ignored: the run goes on from its own checkpoints)"
+             if config.train.init_from.strip() else ""))
+    elif init:
+      say(f"started from the checkpoint at step {init['step']} in {init['from']} "
+          f"(train.init_from)")
+
+    peak_total, peak_src = mfu.peak_flops(config, len(devices))
+    bar = console.progress(total=spec.steps, initial=start_step, unit="step",
+                           enabled=config.train.progress and primary and start_step < spec.steps)
+    wandb = wandblog.open_run(config, workdir) if primary else None  # train.wandb: W&B too
+    metrics_log = MetricsLog(workdir / "metrics.jsonl", start_step, primary, wandb)
+    log = StepLog(spec, data, metrics_log, bar,
+                  budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
+                  * max(1, len(trials)), peak_total)  # MFU counts every trial's FLOPs
+    evaluate = (trials_lib.TrialsEvaluator(single, data, config.train.curve_eval_windows,
+                                           len(trials)) if trials
+                else Evaluator(program, data, config.train.curve_eval_windows))
+    try:
+      state = _run_steps(config, program, data, state, start_step, ckpt, log, evaluate, lock)
+    except diskfull.DiskFull:  # a metrics row: pending checkpoint writes end before the error line
+      try:
+        ckpt.wait_and_close()
+      except Exception:  # noqa: BLE001 — the disk is full: the error being raised says so
+        pass
+      raise
+
+    if math.isnan(log.eval_loss):
+      log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state)
+    summary = summarize(workdir, spec, data, log, final_step=int(jax.device_get(state["step"])),
+                       unigram=unigram, peak_src=peak_src, resumed=resumed,
+                       wall_s=time.time() - t_start, init=init,
+                       compiler_options=program.compiler_options)
+    if trials:
+      summary = trials_lib.summarize_trials(summary, trials, evaluate, log.metrics.last_trial_loss,
+                                            jax.device_get(state["diverged_step"]),
+                                            data.train_bits_per_byte)
+    summary = keep_measured_speed(summary, workdir / "summary.json")
+    if primary:
+      (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    report(summary, spec, say)
+    if trials:
+      trials_lib.report(summary, say)
+    return summary
+  finally:
+    if lock is not None:
+      lock.release()
+

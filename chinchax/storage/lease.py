@@ -1,4 +1,5 @@
-"""Leases: which worker runs which ladder run, safe without locks on local and shared disks.
+"""Leases: which worker runs which ladder run (and which process writes a workdir,
+:mod:`chinchax.storage.workdir_lock`), safe without locks on local and shared disks.
 
 A run's leases are files ``leases/<run_id>.<gen>`` (gen = 0, 1, 2, ...). A
 worker claims a run by creating the next generation's file: the file is
@@ -26,7 +27,9 @@ concurrent creates of a name succeeds — and every heartbeat or release a
 rewrite with ``ifGenerationMatch`` set to the object generation this holder
 last wrote, so only the holder's own latest write can be replaced; a rewrite
 that fails means the lease is lost. Expiry is judged, as on disk, by the
-observer's own clock from the content it reads. See :mod:`chinchax.ladder.files`.
+observer's own clock from the content it reads — or at once, when the caller's ``dead``
+judge says the holder is gone (its pid no longer runs on this host). See
+:mod:`chinchax.storage.atomic`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import pathlib
 import socket
 import time
 
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 
 LEASES_DIR = "leases"
 
@@ -45,6 +48,32 @@ LEASES_DIR = "leases"
 def worker_id() -> str:
   """This process's name in leases and rows: ``host-pid``."""
   return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def process_start(pid: int) -> int | None:
+  """The start time of process ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22),
+  which tells a reused pid from the original; None where /proc is absent or it has ended."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return int(f.read().rsplit(")", 1)[1].split()[19])
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def pid_gone(content: dict) -> bool:
+  """True when lease ``content`` was written on this host by a process that no longer runs
+  (its pid is free, or now belongs to a process started later)."""
+  pid = content.get("pid")
+  if content.get("host") != socket.gethostname() or not isinstance(pid, int):
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:  # another user's live process
+    return False
+  start = content.get("pid_start")
+  return start is not None and process_start(pid) not in (None, start)
 
 
 class Lease:
@@ -59,10 +88,13 @@ class Lease:
   def __init__(self, path: pathlib.Path, run_id: str, gen: int, owner: str, before=("free", None)):
     self.path, self.run_id, self.gen, self.owner = path, run_id, gen, owner
     self.n_beat, self.attempt, self.before = 0, 0, before
+    self.since = time.time()
     self.generation = None  # an object store: the object generation this holder last wrote
 
   def content(self, released: str | bool = False) -> str:
     return json.dumps({"run_id": self.run_id, "gen": self.gen, "owner": self.owner,
+                       "host": socket.gethostname(), "pid": os.getpid(),
+                       "pid_start": process_start(os.getpid()), "since": self.since,
                        "attempt": self.attempt, "beat": self.n_beat, "time": time.time(),
                        "released": released})
 
@@ -99,12 +131,14 @@ class Leases:
     expiry_s: a held lease whose file has not changed for this long (by this
       observer's clock) has expired.
     clock: monotonic seconds (tests pass a fake one).
+    dead: ``dead(content) -> bool``, True when a held lease's holder is known to be gone
+      (:func:`pid_gone`): such a lease has expired at once.
   """
 
   def __init__(self, directory: pathlib.Path, owner: str, expiry_s: float,
-               clock=time.monotonic):
+               clock=time.monotonic, dead=None):
     self.dir = files.as_path(directory)  # created by the first claim: a query writes nothing
-    self.owner, self.expiry_s, self.clock = owner, expiry_s, clock
+    self.owner, self.expiry_s, self.clock, self.dead = owner, expiry_s, clock, dead
     self._gen: dict[str, int] = {}                      # highest generation seen per run
     self._seen: dict[str, tuple[int, str, float]] = {}  # run -> (gen, content, first seen at)
 
@@ -132,6 +166,8 @@ class Leases:
       return "free", None
     if content["released"]:
       return "released", content
+    if self.dead is not None and self.dead(content):
+      return "expired", content
     text = json.dumps(content, sort_keys=True)
     now = self.clock()
     seen = self._seen.get(run_id)

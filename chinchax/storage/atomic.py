@@ -14,7 +14,8 @@ links, but one object write is atomic and GCS writes can be conditional:
 ``ifGenerationMatch=0`` (:func:`chinchax.storage.gcs.create`), and :func:`rewrite_if`
 a rewrite that succeeds only while the object is at the generation last
 written (``ifGenerationMatch=<g>``). Local paths use the standard library only
-(:mod:`chinchax.storage.paths` and :mod:`chinchax.storage.gcs` import no third-party package at import time).
+(:mod:`chinchax.storage.paths` and :mod:`chinchax.storage.gcs` import no third-party package
+at import time).
 """
 
 from __future__ import annotations
