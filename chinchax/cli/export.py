@@ -13,13 +13,8 @@ Example:
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 from chinchax import console
 from chinchax.export import writer as export_lib
-from chinchax.storage import paths as paths_lib
 from chinchax.cli import helptext
 
 
@@ -53,35 +48,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
-  if paths_lib.is_url(args.out):
-    return _export_to_url(args)
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
                           trial=args.trial, dtype=args.dtype, tokenizer_path=args.tokenizer,
                           overwrite=args.overwrite, verify=args.verify)
   console.say(f"exported {args.workdir} → {out} (HF LlamaForCausalLM, {args.dtype})")
   return 0
 
-
-def _export_to_url(args) -> int:
-  """``--out gs://…``: exported into a local temporary directory, then uploaded file by file.
-
-  Raises:
-    PathError: the URL cannot be written (checked first), or it holds objects already and
-      ``--overwrite`` was not given.
-  """
-  url = args.out.rstrip("/")
-  paths_lib.check_writable_dir(url, "--out")
-  target = paths_lib.as_path(url)
-  if target.exists() and any(True for _ in target.iterdir()) and not args.overwrite:
-    raise paths_lib.PathError(f"--out {url} holds objects already; give --overwrite to replace "
-                              f"them, or another --out")
-  tmp = tempfile.mkdtemp(prefix="chinchax-export-")
-  try:
-    local = export_lib.export(args.workdir, os.path.join(tmp, "out"), fmt=args.format,
-                              step=args.step, trial=args.trial, dtype=args.dtype,
-                              tokenizer_path=args.tokenizer, verify=args.verify)
-    paths_lib.upload_dir(local, url)
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
-  console.say(f"exported {args.workdir} → {url} (HF LlamaForCausalLM, {args.dtype})")
-  return 0

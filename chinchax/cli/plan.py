@@ -24,12 +24,12 @@ import argparse
 import functools
 import json
 import math
-import os
 import sys
 
 from chinchax import config as config_lib
 from chinchax import console
 from chinchax.cost import hardware as hardware_lib
+from chinchax.laws import parametric as laws
 from chinchax.laws import units as law_units
 from chinchax.laws import repeat as laws_repeat
 from chinchax.cost import step_time as step_time_lib
@@ -250,12 +250,11 @@ def _finish(plan: planner.Plan, rec: dict | None, rec_note: str | None, vocab: i
 
 def _fit_step_time(law: str) -> dict | None:
   """The ``step_time`` section of a fit file given as --law (an IsoTime fit), else None."""
-  if not (isinstance(law, str) and os.path.isfile(law)):
-    return None
   try:
-    with open(law) as f:
-      d = json.load(f)
+    d = laws.read_law_file(law)  # local or gs://
   except (OSError, ValueError):
+    return None
+  if d is None:
     return None
   sec = d.get("step_time") if isinstance(d, dict) else None
   return sec if isinstance(sec, dict) else None

@@ -14,6 +14,14 @@ checkpoint is read.
 
 The files are written into a hidden temporary sibling of DIR, which is renamed into place
 when complete; an earlier export is moved aside first and deleted only after the rename.
+
+A URL (``--out gs://BUCKET/PREFIX``) follows the same rules, a prefix standing for a
+directory: it must name a prefix (not a whole bucket), and a prefix holding a run, lying
+among a run's objects, or holding objects that are not an earlier export is refused, with
+``--overwrite`` or without. There are no renames on an object store: the files are written
+locally, then uploaded one object each, ``export_info.json`` last (so a prefix that holds it
+holds a complete export); objects of an earlier export that the new one does not write are
+deleted after the upload; an upload that fails into a new prefix deletes what it wrote.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import shutil
 import tempfile
 
 from chinchax.export.error import ExportError
+from chinchax.storage import paths as paths_lib
 
 # Every file an export may write (export_info.json marks the directory as one).
 EXPORT_FILES = frozenset({
@@ -46,9 +55,11 @@ def is_run_dir(path: pathlib.Path) -> bool:
 def is_export_dir(path: pathlib.Path) -> bool:
   """True for an earlier export: a directory with ``export_info.json`` whose entries are all
   plain files named in :data:`EXPORT_FILES` (no subdirectory, no link, nothing else)."""
-  if not path.is_dir() or path.is_symlink() or not (path / "export_info.json").is_file():
+  url = paths_lib.is_url(path)  # an object store has no links
+  if not path.is_dir() or (not url and path.is_symlink()) or not (
+      path / "export_info.json").is_file():
     return False
-  return all(f.name in EXPORT_FILES and f.is_file() and not f.is_symlink()
+  return all(f.name in EXPORT_FILES and f.is_file() and (url or not f.is_symlink())
              for f in path.iterdir())
 
 
@@ -71,6 +82,8 @@ def check_out(out, workdir: pathlib.Path, overwrite: bool) -> pathlib.Path:
       a non-empty directory that is not an earlier export, or is an earlier export and
       ``overwrite`` is false.
   """
+  if paths_lib.is_url(out):
+    return _check_url_out(str(out), workdir, overwrite)
   given = os.path.expanduser(str(out))
   out = pathlib.Path(given).resolve()
   valid = _valid(workdir)
@@ -106,6 +119,80 @@ def check_out(out, workdir: pathlib.Path, overwrite: bool) -> pathlib.Path:
   return out
 
 
+def _check_url_out(given: str, workdir, overwrite: bool):
+  """:func:`check_out` for a URL: the same rules over prefixes (see the module docstring)."""
+  scheme, rest = given.split("://", 1)
+  bucket, _, key = rest.partition("/")
+  key = key.strip("/")
+  if not bucket or not key:
+    raise ExportError(f"--out {given} names {'a whole bucket' if bucket else 'no bucket'}; an "
+                      f"export needs a prefix of its own: write {scheme}://"
+                      f"{bucket or 'BUCKET'}/NAME (a new prefix, or an earlier export with "
+                      f"--overwrite)")
+  out = paths_lib.as_path(f"{scheme}://{bucket}/{key}")
+  valid = _valid(workdir)
+  run_url = str(workdir).rstrip("/") if paths_lib.is_url(workdir) else None
+  if run_url == str(out):
+    raise ExportError(f"--out {given} is the run directory itself; an export there would "
+                      f"replace its checkpoints; {valid}")
+  if run_url and run_url.startswith(str(out) + "/"):
+    raise ExportError(f"--out {given} holds the run {run_url}; {valid}")
+  parts = key.split("/")
+  for i in range(1, len(parts)):
+    run = paths_lib.as_path(f"{scheme}://{bucket}/{'/'.join(parts[:i])}")
+    if not is_run_dir(run):
+      continue
+    child = run / parts[i]
+    if child.name == "checkpoints" or (str(child) != str(out) and child.exists()):
+      where = (f"is the {child.name} prefix of the run {run}" if str(child) == str(out) else
+               f"is inside {child}, which belongs to the run {run}")
+      raise ExportError(f"--out {given} {where}; inside a run, export to a new prefix such "
+                        f"as {run / 'export'} or to an earlier export")
+  names = sorted(p.name for p in out.iterdir()) if out.exists() else []
+  if names:
+    if is_run_dir(out):
+      raise ExportError(f"--out {given} holds a chinchax run; {valid}")
+    if not is_export_dir(out):
+      others = [n for n in names if n not in EXPORT_FILES or not (out / n).is_file()]
+      raise ExportError(
+          f"--out {given} holds objects and is not an earlier export (it holds "
+          f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''}); --overwrite replaces "
+          f"only an earlier export; {valid}")
+    if not overwrite:
+      raise ExportError(f"--out {given} holds an earlier export; pass --overwrite to replace "
+                        f"it, or choose another --out")
+  return out
+
+
+def _write_url(out, fill) -> None:
+  """:func:`write_atomically` for a URL: written locally, then uploaded (module docstring)."""
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix="chinchax-export-"))
+  try:
+    fill(tmp)
+    before = {p.name for p in out.iterdir()} if out.exists() else set()
+    if before and not is_export_dir(out):
+      raise ExportError(f"--out {out} changed during the export and is no longer an earlier "
+                        f"export; nothing was replaced")
+    names = sorted(os.listdir(tmp), key=lambda n: (n == "export_info.json", n))
+    done = []
+    try:
+      for name in names:  # export_info.json last: it marks a complete export
+        (out / name).write_bytes((tmp / name).read_bytes())
+        done.append(name)
+    except BaseException:
+      if not before:  # a new prefix: nothing half-written is left
+        for name in done:
+          try:
+            (out / name).unlink()
+          except Exception:  # noqa: BLE001 — the storage is gone: the error raised says so
+            break
+      raise
+    for name in sorted(before - set(names)):
+      (out / name).unlink()
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def apply_umask(directory: pathlib.Path) -> None:
   """Gives ``directory`` and its files the modes a new directory and file get under the
   process's umask (0o777 and 0o666 masked): safetensors writes its file 0o600 and
@@ -131,6 +218,9 @@ def write_atomically(out: pathlib.Path, fill) -> None:
     ExportError: ``out`` stopped being empty or an export since it was checked.
     Whatever ``fill`` raises.
   """
+  if paths_lib.is_url(out):
+    _write_url(out, fill)
+    return
   out.parent.mkdir(parents=True, exist_ok=True)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
   old = tmp.with_name(tmp.name + "-old")

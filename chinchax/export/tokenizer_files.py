@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import types
 
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
+from chinchax.storage import paths as paths_lib
 from chinchax.export.error import ExportError
 
 # transformers' VERY_LARGE_INTEGER (int(1e30)): its own value for "no maximum length".
@@ -118,9 +118,9 @@ def _candidates(workdir: pathlib.Path, run: dict) -> list[pathlib.Path]:
   except (OSError, ValueError):
     store = None
   if store:
-    out.append(pathlib.Path(store) / "tokenizer.json")
+    out.append(paths_lib.as_path(store) / "tokenizer.json")
   fp, sha = sig.get("store_fingerprint"), sig.get("tokenizer_sha256")
-  root = pathlib.Path(os.path.expanduser(data.get("store_root", "")))
+  root = paths_lib.as_path(data.get("store_root", ""))
   vf, policy = float(data.get("val_fraction", 0.0)), data.get("decode_errors", "replace")
   name = (f"bpe{data.get('bpe_vocab_size')}" if data["tokenizer"] == "bpe" else data["tokenizer"])
   if fp and sha and data.get("store_root"):
@@ -129,7 +129,7 @@ def _candidates(workdir: pathlib.Path, run: dict) -> list[pathlib.Path]:
   if fp and data["tokenizer"] == "bpe" and data.get("store_root"):
     out.append(root / "tokenizers" / f"{name}-{fp[:16]}-val{vf:g}-{policy}.json")
   if data["tokenizer"] == "hf" and data.get("tokenizer_path"):
-    out.append(pathlib.Path(os.path.expanduser(data["tokenizer_path"])))
+    out.append(paths_lib.as_path(data["tokenizer_path"]))
   return out
 
 
@@ -168,7 +168,7 @@ def find(workdir: pathlib.Path, run: dict, tokenizer_path: str = "") -> ExportTo
   for path in tried:
     if path.is_file():
       try:
-        tok = tokenizers_lib.HFTokenizer.from_file(str(path), _eos_token(data))
+        tok = tokenizers_lib.HFTokenizer.from_file(paths_lib.local_copy(path), _eos_token(data))
       except tokenizers_lib.TokenizerError:  # damaged, or no EOS: not the run's; try the next
         continue
       if want is None or tok.digest == want:

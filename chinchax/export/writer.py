@@ -35,14 +35,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import pathlib
+import tempfile
 
 import numpy as np
 
 from chinchax.cost import budget
 from chinchax import console
 from chinchax.model import transformer as model_lib
+from chinchax.storage import diskfull
 from chinchax.storage import paths as paths_lib
 from chinchax.export import llama_table
 from chinchax.export import outdir
@@ -71,7 +72,7 @@ def load_run(workdir) -> dict:
     ExportError: no such directory, or no config.json in it, or a config.json that is not
       a chinchax run's (unreadable JSON, or an HF export's: no "config" and "model_signature").
   """
-  path = pathlib.Path(os.path.expanduser(str(workdir))) / "config.json"
+  path = paths_lib.as_path(workdir) / "config.json"
   if not path.parent.is_dir():
     what = "is a file, not a run directory" if path.parent.exists() else "does not exist"
     raise ExportError(f"run directory {str(workdir)!r} {what}; give the workdir of a chinchax "
@@ -107,8 +108,8 @@ def load_params(workdir, step: int | None = None) -> tuple[dict, int]:
   import jax
   import orbax.checkpoint as ocp
 
-  root = pathlib.Path(os.path.expanduser(str(workdir))) / "checkpoints"
-  steps = sorted(int(p.name) for p in root.glob("*") if p.name.isdigit()
+  root = paths_lib.as_path(workdir) / "checkpoints"
+  steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()
                  and (p / "default").is_dir()) if root.is_dir() else []
   if not steps:
     raise ExportError(f"{str(workdir)!r} has no checkpoint under {root}")
@@ -340,7 +341,7 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
     import safetensors.numpy as st
   except ImportError:
     raise ExportError("export needs safetensors: pip install 'chinchax[export]'") from None
-  workdir = pathlib.Path(os.path.expanduser(str(workdir))).resolve()
+  workdir = paths_lib.resolved(workdir)  # local, or gs://bucket/...
   run = load_run(workdir)
   out = outdir.check_out(out or workdir / "export", workdir, overwrite)
   paths_lib.check_writable_dir(out, "--out")
@@ -377,11 +378,20 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
 
-  outdir.write_atomically(out, fill)
+  try:
+    outdir.write_atomically(out, fill)
+  except Exception as e:
+    if not diskfull.is_disk_full(e):
+      raise
+    local = out if not paths_lib.is_url(out) else tempfile.gettempdir()
+    raise diskfull.disk_full(f"writing the export of step {step}", local,
+                             sum(v.nbytes for v in tensors.values()),
+                             then=f"{out} is as it was") from None
   if verify:
     tokens = (np.arange(2 * 16).reshape(2, 16) * 7919) % cfg.vocab_size
     ref = chinchax_logits(params, cfg, tokens)
-    got = numpy_forward(st.load_file(str(out / "model.safetensors")), hf_config, tokens)
+    got = numpy_forward(st.load_file(paths_lib.local_copy(out / "model.safetensors")),
+                        hf_config, tokens)
     console.say(f"verify: max |numpy(export) - chinchax| logit difference = "
                 f"{float(np.abs(got - ref).max()):.3g} over {tokens.size} positions")
   return out

@@ -52,6 +52,7 @@ from chinchax.laws import parametric as laws
 from chinchax.cost import step_time as step_time_lib
 from chinchax import train as train_lib
 from chinchax.storage import atomic as files
+from chinchax.storage import paths as paths_lib
 import chinchax.ladder.grid as grid
 
 PROBES_DIR = "probes"
@@ -317,7 +318,7 @@ def plan_validation(plan, fit_json: pathlib.Path) -> tuple[grid.LadderRun, dict]
     OSError: it cannot be read.
   """
   lc = plan.config.ladder
-  fit = json.loads(pathlib.Path(fit_json).read_text())
+  fit = json.loads(paths_lib.as_path(fit_json).read_text())
   law = laws.law_from_dict(fit, name="isotime-fit")
   if not isinstance(law, laws.ParametricLaw):
     raise ValueError(f"{fit_json} has no L(N, D) law (Approach 3), only an allocation")

@@ -27,6 +27,7 @@ from chinchax.laws import parametric as laws
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 from chinchax.storage import lease as lease_lib
+from chinchax.storage import paths as paths_lib
 import chinchax.ladder.plan as plan_lib
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.worker as worker_lib
@@ -40,7 +41,7 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
     OSError: it cannot be read.
   """
   lc = plan.config.ladder
-  law = laws.law_from_dict(json.loads(pathlib.Path(fit_json).read_text()), name="fit")
+  law = laws.law_from_dict(json.loads(paths_lib.as_path(fit_json).read_text()), name="fit")
   C = lc.validate_factor * lc.c_max
   n_opt = float(law.optimal_allocation(C)[0])
   base = plan.config.train_config

@@ -29,6 +29,8 @@ import numpy as np
 
 from chinchax.laws import units as law_units
 from chinchax.laws.units import LossUnits
+from chinchax.storage import gcs
+from chinchax.storage import paths as paths_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,6 +402,35 @@ def law_from_dict(d: dict, name: str = "fit", source: str = "",
                    f"(Approach 3) or k_N and a (Approach 1/2), or an 'approach3' section")
 
 
+def read_law_file(spec) -> object | None:
+  """The JSON in law file ``spec`` (a local path or a ``gs://`` URL), or None when ``spec`` is
+  not a string naming an existing file or object (a published law's name, a missing file).
+
+  Raises:
+    ValueError: the file is not valid JSON, or its storage gave no answer within
+      ``chinchax.storage.gcs.CHECK_TIMEOUT_S``.
+  """
+  if not isinstance(spec, str) or not spec:
+    return None
+  if paths_lib.is_url(spec):
+    try:
+      text = gcs.bounded(lambda: paths_lib.as_path(spec).read_text())
+    except (FileNotFoundError, IsADirectoryError, paths_lib.PathError):
+      return None
+    except gcs.Unreachable as e:
+      raise ValueError(f"law file {spec!r} cannot be read: the storage service at "
+                       f"{gcs.endpoint()} gave {e}") from None
+  elif os.path.isfile(spec):
+    with open(spec) as f:
+      text = f.read()
+  else:
+    return None
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"law file {spec!r} is not valid JSON: {e}") from None
+
+
 def get_law(name_or_path: str) -> Law:
   """Returns a published law by name, or loads one from a fit JSON file.
 
@@ -418,15 +449,11 @@ def get_law(name_or_path: str) -> Law:
   """
   if name_or_path in PUBLISHED_LAWS:
     return PUBLISHED_LAWS[name_or_path]
-  if os.path.isfile(name_or_path):
-    try:
-      with open(name_or_path) as f:
-        d = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"law file {name_or_path!r} is not valid JSON: {e}") from None
+  d = read_law_file(name_or_path)  # local or gs://
+  if d is not None:
     if not isinstance(d, dict):
       raise ValueError(f"law file {name_or_path!r} must hold a JSON object")
-    base = os.path.splitext(os.path.basename(name_or_path))[0]
+    base = os.path.splitext(os.path.basename(name_or_path.rstrip("/")))[0]
     return law_from_dict(d, name=base, source=name_or_path)
   raise ValueError(f"unknown law {name_or_path!r}: not a published law nor an existing file; "
                    f"valid names: {', '.join(sorted(PUBLISHED_LAWS))}")

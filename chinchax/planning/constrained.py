@@ -18,9 +18,7 @@ base law there).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 from chinchax.laws import parametric as laws
 from chinchax.laws import repeat as lr
@@ -41,12 +39,11 @@ def parse_unique_tokens(text) -> float:
 
 
 def _repeat_block(spec: str) -> dict | None:
-  if not (isinstance(spec, str) and os.path.isfile(spec)):
-    return None
   try:
-    with open(spec) as f:
-      d = json.load(f)
+    d = laws.read_law_file(spec)  # local or gs://
   except (OSError, ValueError):
+    return None
+  if d is None:
     return None
   block = d.get("repeat") if isinstance(d, dict) else None
   return block if isinstance(block, dict) and block.get("status") == "ok" else None

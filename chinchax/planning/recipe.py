@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 
 from chinchax.cost import budget
 from chinchax.cost import hardware as hardware_lib
 from chinchax.cost import hparams as hparams_lib
+from chinchax.laws import parametric as laws
 from chinchax.laws import recipe as recipe_lib
 from chinchax.planning import allocate as allocate_lib
 from chinchax.planning import batch as batch_lib
@@ -52,12 +52,11 @@ def law_recipe(law) -> tuple[dict | None, str | None]:
   A published law's name gives (None, None): it holds for its paper's recipe, not
   chinchax's. A fit file without ``recipe`` gives (None, a note that its recipe is unknown).
   """
-  if not (isinstance(law, str) and os.path.isfile(law)):
-    return None, None
   try:
-    with open(law) as f:
-      d = json.load(f)
+    d = laws.read_law_file(law)  # local or gs://
   except (OSError, ValueError):
+    return None, None
+  if d is None:
     return None, None
   rec = d.get("recipe") if isinstance(d, dict) else None
   if not isinstance(rec, dict) or rec.get("n_recorded", 0) == 0:

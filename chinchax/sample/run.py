@@ -10,7 +10,6 @@ before the checkpoint is read.
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 
 import numpy as np
@@ -22,6 +21,7 @@ from chinchax.export import tokenizer_files
 from chinchax.sample import generate as generate_lib
 from chinchax.sample import strategies
 from chinchax.sample.error import SampleError
+from chinchax.storage import paths as paths_lib
 
 DEFAULT_MAX_NEW_TOKENS = 256  # when not given: this many, or what the run's seq_len leaves
 
@@ -157,7 +157,7 @@ def sample(workdir, req: Request) -> Result:
     TokenizerError: ``tokenizer_path`` is missing or not a tokenizer.json.
   """
   check(req)
-  workdir = pathlib.Path(os.path.expanduser(str(workdir))).resolve()
+  workdir = paths_lib.resolved(workdir)  # local, or gs://bucket/...
   run = export_lib.load_run(workdir)
   tok = tokenizer_of(workdir, run, req.tokenizer_path)
   cfg = model_config(run, tok.eos_id)
