@@ -100,6 +100,32 @@ def table_units(path: str, recipe: dict) -> law_units.LossUnits:
   return law_units.LossUnits.from_recipe(recipe, bytes_per_token(rows))
 
 
+def _tokenizer_of(row: dict) -> tuple[str, str] | None:
+  """(key, words) of the tokenizer a row's run used: its recipe's tokenizer, else (an older
+  row) its vocabulary size; None when the row says neither."""
+  rec = row.get("recipe") if isinstance(row.get("recipe"), dict) else {}
+  tok = rec.get("tokenizer")
+  if isinstance(tok, dict) and tok.get("kind"):
+    sha = tok.get("sha256") or ""
+    words = (f"{tok['kind']} ({tok.get('vocab_size')} ids"
+             f"{', sha256 ' + sha[:12] + '…' if sha else ''})")
+    return json.dumps(tok, sort_keys=True), words
+  vocab = (row.get("shape") or {}).get("vocab_size")
+  return (f"vocab:{vocab}", f"a {vocab}-id vocabulary") if vocab else None
+
+
+def tokenizer_groups(path: str) -> list[tuple[str, int]]:
+  """[(the tokenizer in words, its number of runs)] over the finished grid runs of the JSONL
+  table at ``path``, in first-seen order; runs that record no tokenizer are not counted. More
+  than one group: the runs' losses are nats per token of different tokens (different units)."""
+  groups: dict[str, list] = {}
+  for row in _rows(path) or []:
+    tok = _tokenizer_of(row)
+    if tok is not None:
+      groups.setdefault(tok[0], [tok[1], 0])[1] += 1
+  return [(words, n) for words, n in groups.values()]
+
+
 def markdown_lines(recipe: dict, units: dict | None) -> list[str]:
   """fit.md's "Recipe" section: the units and one line per recipe field."""
   lines = ["## Recipe", ""]

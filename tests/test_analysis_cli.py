@@ -154,3 +154,42 @@ def test_python_dash_m_entry_point(ladder, tmp_path):
   data = json.loads((out / "fit.json").read_text())
   assert data["approach2"]["status"] == "ok" and "approach3" not in data
   assert isinstance(laws.get_law(str(out / "fit.json")), laws.PowerLawAllocation)
+
+
+def test_a_table_of_runs_with_different_tokenizers_is_refused_in_one_line(ladder, tmp_path,
+                                                                           small_grid, capsys):
+  rows = [json.loads(l) for l in open(ladder)]
+  toks = [{"kind": "bytes", "vocab_size": 257, "sha256": "a" * 64},
+          {"kind": "bpe", "vocab_size": 512, "sha256": "b" * 64}]
+  for i, row in enumerate(rows):  # the first three runs used a BPE, the rest bytes
+    row["recipe"] = {"tokenizer": toks[1] if i < 3 else toks[0], "seq_len": 128}
+  mixed = tmp_path / "mixed.jsonl"
+  mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  out = tmp_path / "fit"
+  assert chinchax_cli.main(["fit", str(mixed), "--out", str(out), "--bootstrap", "0",
+                            "--no-figures"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("error: "), err
+  n = sum(r["status"] == "done" for r in rows) - 3
+  assert f"bpe (512 ids, sha256 bbbbbbbbbbbb…): 3 runs; bytes (257 ids, sha256 aaaaaaaaaaaa…): " \
+         f"{n} runs" in err and "--mixed-tokenizers" in err, err
+  assert not out.exists()  # nothing written
+  # older rows without a recipe: told apart by their vocabulary
+  for i, row in enumerate(rows):
+    del row["recipe"]
+    row["shape"] = {"vocab_size": 512 if i < 3 else 257}
+  mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert chinchax_cli.main(["fit", str(mixed), "--out", str(out), "--bootstrap", "0",
+                            "--no-figures"]) == 2
+  assert "a 512-id vocabulary: 3 runs; a 257-id vocabulary" in capsys.readouterr().err
+  # fitted anyway with the flag, with one warning; the law's units are unknown
+  assert chinchax_cli.main(["fit", str(mixed), "--out", str(out), "--bootstrap", "0",
+                            "--no-figures", "--mixed-tokenizers"]) == 0
+  err = capsys.readouterr().err
+  assert "warning: fitting runs of 2 tokenizers together (--mixed-tokenizers)" in err
+  # one tokenizer: no refusal
+  for row in rows:
+    row["shape"] = {"vocab_size": 257}
+  mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert chinchax_cli.main(["fit", str(mixed), "--out", str(tmp_path / "fit2"), "--bootstrap",
+                            "0", "--no-figures"]) == 0

@@ -146,3 +146,23 @@ def test_metrics_row_and_ladder_lease_on_a_full_disk(small_disk):
   assert not [p for p in (disk / "leases").iterdir()]  # no lease and no temporary file left
   (disk / "filler").unlink()
   assert leases.try_claim("run_a") is not None  # once space is freed
+
+
+def test_export_on_a_full_disk_is_one_line_and_keeps_an_earlier_export(bpe_run, small_disk):
+  c, _ = bpe_run
+  disk = small_disk("4m")
+  out = disk / "hf"
+  cmd = [sys.executable, "-m", "chinchax.cli", "export", c.workdir, "--out", str(out)]
+  first = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert first.returncode == 0, first.stderr[-3000:]
+  before = {p.name: p.read_bytes() for p in out.iterdir()}
+  size = sum(len(b) for b in before.values())
+  _remount(disk, f"{size + size // 2}")  # room for less than a second copy beside the first
+  r = subprocess.run([*cmd, "--overwrite", "--dtype", "float32"], env=_env(), cwd=REPO,
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2, r.stderr[-3000:]
+  assert r.stderr.count("\n") == 1, r.stderr[-3000:]
+  _one_error(r.stderr, "the disk is full", "writing the export of step 10", str(out),
+             f"{out} is as it was")
+  assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier export
+  assert sorted(p.name for p in disk.iterdir()) == ["hf"]  # no temporary directory left

@@ -45,8 +45,10 @@ from analysis.isoflop.bootstrap import DEFAULT_METHOD, METHODS, check_method
 from analysis.errors import FitOptionError, ResultsError
 from analysis.io import load_results
 from analysis.pipeline import DEFAULT_JOBS, default_out_dir, fit_results
+from analysis import recipe
 from chinchax import console
 from chinchax.storage import diskfull
+from chinchax.storage import paths as paths_lib
 from chinchax.laws import parametric as laws
 from chinchax.cli import helptext
 from chinchax.planning import shapes
@@ -104,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "fit.json) instead of fitting Approach 3 on the IsoTime runs; tables whose "
                       "runs repeat data: the repetition laws' single-epoch law (a fit JSON or "
                       "published name) instead of the table's own Approach 3")
+  p.add_argument("--mixed-tokenizers", action="store_true",
+                 help="fit a table whose runs used different tokenizers anyway (their losses "
+                      "are in different units: the law holds for none of them; default: "
+                      "refused)")
   p.add_argument("--no-figures", action="store_true", help="skip the figures")
   p.add_argument("--quiet", action="store_true", help="print only errors")
   return p
@@ -126,6 +132,27 @@ def _check_counts(args: argparse.Namespace) -> None:
     check_method(args.bootstrap_method)
   except FitOptionError as e:
     raise FitOptionError(f"--bootstrap-method: {e}") from None
+
+
+def _check_loss_units(args: argparse.Namespace) -> None:
+  """Refuses (ResultsError) a table whose runs used different tokenizers, naming each with its
+  number of runs, unless ``--mixed-tokenizers`` (then: one warning)."""
+  try:
+    groups = recipe.tokenizer_groups(paths_lib.local_copy(args.results))
+  except OSError:
+    return  # a missing table: the fit's own reader says so
+  if len(groups) < 2:
+    return
+  listed = "; ".join(f"{words}: {n} run{'s' if n != 1 else ''}" for words, n in groups)
+  if args.mixed_tokenizers:
+    if not args.quiet:
+      console.warn(f"fitting runs of {len(groups)} tokenizers together (--mixed-tokenizers): "
+                   f"{listed}; the law's loss units are unknown")
+    return
+  raise ResultsError(f"{args.results} holds runs of {len(groups)} tokenizers, whose losses are "
+                     f"in different units (nats per token of different tokens): {listed}; fit "
+                     f"each tokenizer's runs as a table of their own, or pass "
+                     f"--mixed-tokenizers to fit them together anyway")
 
 
 def ladder_flop_shape(vocab_size: int, seq_len: int) -> Callable[[float], dict]:
@@ -181,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
   _check_counts(args)
+  _check_loss_units(args)
   info = isotime.isotime_table_info(args.results)
   if info is not None:
     _fit_isotime(args, info)
