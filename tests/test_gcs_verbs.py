@@ -108,7 +108,7 @@ def test_a_gcs_ladder_with_its_validation_run(gcs_url, small_corpus, store_root,
   from test_ladder import _ladder_cli, _ladder_config
   c = _ladder_config(tmp_path, small_corpus, store_root)
   c.workdir = f"{gcs_url}/ladder"
-  c.ladder.update(c_min=2e8, c_max=4e8, n_budgets=2, sizes_per_budget=3, bootstrap=0, fit=True)
+  c.ladder.update(bootstrap=0, fit=True)  # 3 budgets x 3 sizes (test_ladder)
   with open(tmp_path / "ladder.log", "w") as log:
     proc = _ladder_cli(c, log, "--config.ladder.validate=True",
                        "--config.ladder.heartbeat_s=0.5", "--config.ladder.poll_s=0.2")

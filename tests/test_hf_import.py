@@ -288,3 +288,38 @@ def test_a_tokenizer_larger_than_the_vocab_is_refused(small_corpus, store_root, 
   Tokenizer(models.WordLevel(vocab, unk_token="t0")).save(str(hf / "tokenizer.json"))
   msg = _refusal(_config(small_corpus, store_root, tmp_path / "run", f"hf:{hf}"))
   assert "tokenizer.json has 401 ids" in msg and "vocab_size is 300" in msg
+
+
+def test_a_run_from_hf_resumes_without_its_directory(gqa_export, small_corpus, store_root,
+                                                     tmp_path, capsys):
+  """Once the run has a checkpoint, DIR is not needed: the resume equals an uninterrupted run."""
+  import shutil
+  _, hf = gqa_export
+  src = tmp_path / "hf"
+  shutil.copytree(hf, src)
+
+  def cfg(workdir, stop_after_s=0.0):
+    c = _config(small_corpus, store_root, workdir, init_from=f"hf:{src}")
+    c.budget.steps = 4
+    c.train.stop_after_s = stop_after_s
+    return c
+
+  def losses(workdir):
+    rows = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+  train_lib.train(cfg(tmp_path / "ref"), verbose=False)
+  first = train_lib.train(cfg(tmp_path / "run", stop_after_s=1e-9), verbose=False)
+  assert first["steps"] < 4  # stopped early, with a checkpoint
+  shutil.rmtree(src)
+  capsys.readouterr()
+  train_lib.train(cfg(tmp_path / "run"), verbose=True)
+  out = capsys.readouterr()
+  notes = [l for l in out.err.splitlines() if l.startswith("note: ")]
+  assert len(notes) == 1 and f"holds a run at step {first['steps']} started from " \
+      f"train.init_from=hf:{src}, which no longer exists" in notes[0], out.err
+  assert "resumed from checkpoint at step" in out.out
+  assert losses(tmp_path / "run") == losses(tmp_path / "ref")
+  # without a checkpoint, a missing DIR is still the one error line it was
+  with pytest.raises(HFCheckpointError, match="is not a directory"):
+    train_lib.train(cfg(tmp_path / "fresh"), verbose=False)

@@ -35,6 +35,7 @@ from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.data import unique as unique_lib
 from chinchax.export import hf_load
+from chinchax.export import hf_resume
 from chinchax.export import hf_source
 import chinchax.train.mfu as mfu
 import chinchax.train.spec as spec_lib
@@ -249,7 +250,11 @@ def train(config, devices=None, verbose: bool = True, lease_held: bool = False) 
   primary = jax.process_index() == 0
   say = lambda msg: console.say(msg, enabled=verbose and primary)  # noqa: E731
   devices = list(jax.devices() if devices is None else devices)
-  hf_src = hf_source.open_source(config)  # init_from=hf:DIR sets the model shape and tokenizer
+  workdir = paths_lib.resolved(config.workdir)  # local, or gs://bucket/... (docs/storage.md)
+  # init_from=hf:DIR sets the model shape and tokenizer; a run with a checkpoint no longer
+  # needs DIR: its config.json and token store hold them
+  resumes = hf_resume.configure_from_run(config, workdir, say=verbose and primary)
+  hf_src = None if resumes else hf_source.open_source(config)
   spec = spec_lib.resolve(config, len(devices))
   unique_lib.check_config(config.data, config.train)  # a bad value before any line is printed
   if config.train.stop_after_s > 0 and jax.process_count() > 1:
@@ -257,7 +262,6 @@ def train(config, devices=None, verbose: bool = True, lease_held: bool = False) 
     raise config_lib.ConfigError(
         f"train.stop_after_s={config.train.stop_after_s:g} needs a single-process run (this one "
         f"has {jax.process_count()} processes); use 0 and a step budget")
-  workdir = paths_lib.resolved(config.workdir)  # local, or gs://bucket/... (docs/storage.md)
   for path, what in ((workdir, "workdir"), (workdir / "checkpoints", "checkpoint directory")):
     if path == workdir or path.exists():
       paths_lib.check_writable_dir(path, what)
