@@ -81,7 +81,7 @@ def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store
   bad = runs[1].run_id
   calls = []
 
-  def fake_train(cfg, devices=None, verbose=True):
+  def fake_train(cfg, devices=None, verbose=True, lease_held=False):
     calls.append(cfg.workdir)
     if cfg.workdir.endswith(bad):
       raise FloatingPointError("loss is NaN")

@@ -237,7 +237,7 @@ def test_run_whose_workers_keep_dying_is_recorded_failed_not_run_again(tmp_path,
   (leases / f"{doomed}.0").write_text("{}")
   calls = []
 
-  def fake_train(cfg, devices=None, verbose=True):
+  def fake_train(cfg, devices=None, verbose=True, lease_held=False):
     calls.append(pathlib.Path(cfg.workdir).name)
     return {"tokens": 1000, "steps": 4, "final_train_loss": 3.0, "final_eval_loss": 3.1,
             "final_eval_bits_per_byte": 4.5, "tokens_per_s": 1.0, "mfu": 0.0}
