@@ -82,6 +82,7 @@ def test_failed_run_is_recorded_and_ladder_goes_on(tmp_path, small_corpus, store
   calls = []
 
   def fake_train(cfg, devices=None, verbose=True, lease_held=False):
+    assert lease_held  # the run's lease makes this worker its workdir's one writer
     calls.append(cfg.workdir)
     if cfg.workdir.endswith(bad):
       raise FloatingPointError("loss is NaN")
