@@ -145,6 +145,10 @@ class Leases:
   def _path(self, run_id: str, gen: int) -> pathlib.Path:
     return self.dir / f"{run_id}.{gen}"
 
+  def start_at(self, run_id: str, gen: int) -> None:
+    """Looks for a run's newest generation from ``gen`` on (its older files may be deleted)."""
+    self._gen[run_id] = max(self._gen.get(run_id, -1), gen)
+
   def current(self, run_id: str) -> tuple[int, dict | None]:
     """(highest generation, its content) of a run; (-1, None) when never claimed."""
     g = self._gen.get(run_id, -1)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -70,7 +71,7 @@ def _dead(content: dict) -> bool:
   heartbeat is older than TIMEOUT_S by this host's clock."""
   if lease_lib.pid_gone(content):
     return True
-  if content.get("host") == lease_lib.socket.gethostname():
+  if content.get("host") == socket.gethostname():
     return False  # a live local pid: never judged by the clock
   return time.time() - float(content.get("time", 0)) > TIMEOUT_S
 
@@ -164,7 +165,7 @@ def acquire(workdir, lease_held: bool = False) -> WorkdirLock:
   for _ in range(5):  # another process claimed the same generation first: look again
     gens = _generations(directory)
     if gens:
-      leases._gen[NAME] = gens[-1] - 1  # noqa: SLF001 — start from the newest generation
+      leases.start_at(NAME, gens[-1] - 1)  # generations before the previous one are deleted
     state, content = leases.state(NAME)
     if state == "held":
       raise WorkdirBusy(
