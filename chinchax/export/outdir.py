@@ -104,19 +104,24 @@ def check_out(out, workdir: pathlib.Path, overwrite: bool) -> pathlib.Path:
   if out.exists() and not out.is_dir():
     raise ExportError(f"--out {given} is a file, not a directory; {valid}")
   if out.is_dir() and any(out.iterdir()):
-    if is_run_dir(out):
-      raise ExportError(f"--out {given} is a chinchax run directory; {valid}")
-    if not is_export_dir(out):
-      others = sorted(f.name for f in out.iterdir()
-                      if f.name not in EXPORT_FILES or not f.is_file())
-      raise ExportError(
-          f"--out {given} is not empty and is not an earlier export (it holds "
-          f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''}); --overwrite replaces "
-          f"only an earlier export; {valid}")
-    if not overwrite:
-      raise ExportError(f"--out {given} holds an earlier export; pass --overwrite to replace "
-                        f"it, or choose another --out")
+    _check_held(out, given, overwrite, valid, ("is a chinchax run directory", "is not empty"))
   return out
+
+
+def _check_held(out, given: str, overwrite: bool, valid: str, words: tuple[str, str]) -> None:
+  """Refuses a non-empty ``out`` that is a run, holds anything but an earlier export, or is
+  one and ``overwrite`` is false; ``words``: how to say "is a run" and "is not empty"."""
+  if is_run_dir(out):
+    raise ExportError(f"--out {given} {words[0]}; {valid}")
+  if not is_export_dir(out):
+    others = sorted(f.name for f in out.iterdir() if f.name not in EXPORT_FILES or not f.is_file())
+    raise ExportError(
+        f"--out {given} {words[1]} and is not an earlier export (it holds "
+        f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''}); --overwrite replaces "
+        f"only an earlier export; {valid}")
+  if not overwrite:
+    raise ExportError(f"--out {given} holds an earlier export; pass --overwrite to replace "
+                      f"it, or choose another --out")
 
 
 def _check_url_out(given: str, workdir, overwrite: bool):
@@ -148,19 +153,8 @@ def _check_url_out(given: str, workdir, overwrite: bool):
                f"is inside {child}, which belongs to the run {run}")
       raise ExportError(f"--out {given} {where}; inside a run, export to a new prefix such "
                         f"as {run / 'export'} or to an earlier export")
-  names = sorted(p.name for p in out.iterdir()) if out.exists() else []
-  if names:
-    if is_run_dir(out):
-      raise ExportError(f"--out {given} holds a chinchax run; {valid}")
-    if not is_export_dir(out):
-      others = [n for n in names if n not in EXPORT_FILES or not (out / n).is_file()]
-      raise ExportError(
-          f"--out {given} holds objects and is not an earlier export (it holds "
-          f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''}); --overwrite replaces "
-          f"only an earlier export; {valid}")
-    if not overwrite:
-      raise ExportError(f"--out {given} holds an earlier export; pass --overwrite to replace "
-                        f"it, or choose another --out")
+  if out.exists() and any(True for _ in out.iterdir()):
+    _check_held(out, given, overwrite, valid, ("holds a chinchax run", "holds objects"))
   return out
 
 
