@@ -121,3 +121,23 @@ def test_a_gcs_ladder_with_its_validation_run(gcs_url, small_corpus, store_root,
   val = [r for r in rows if r.get("role") == "validation"]
   assert len(val) == 1 and val[0]["status"] == "done", val
   assert "validation" in json.loads((wd / "fit" / "fit.json").read_text())
+
+
+def test_export_and_sample_of_an_unanswering_bucket_are_one_line(bpe_run, tmp_path):
+  c, _ = bpe_run
+  dead = "http://127.0.0.1:9"  # nothing listens there
+  env = {"STORAGE_EMULATOR_HOST": dead, "TENSORSTORE_GCS_HTTP_URL": dead,
+         "CHINCHAX_STORAGE_CHECK_TIMEOUT_S": "3"}
+  run = f"gs://{BUCKET}/run"
+  cases = [(["export", run, "--out", str(tmp_path / "x")], f"run directory {run}"),
+           (["export", c.workdir, "--out", f"gs://{BUCKET}/x"], f"--out gs://{BUCKET}/x"),
+           (["sample", run, "--prompt", "a"], f"run directory {run}")]
+  for args, where in cases:
+    r = subprocess.run([sys.executable, "-m", "chinchax.cli", *args], cwd=REPO, timeout=120,
+                       env=dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", **env),
+                       capture_output=True, text=True)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1, (args, r.stderr[-2000:])
+    assert lines[0].startswith(f"error: {where}: the storage service at {dead} gave no answer "
+                               f"within 3 s"), lines
+  assert not (tmp_path / "x").exists()

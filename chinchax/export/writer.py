@@ -342,6 +342,16 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
   except ImportError:
     raise ExportError("export needs safetensors: pip install 'chinchax[export]'") from None
   workdir = paths_lib.resolved(workdir)  # local, or gs://bucket/...
+  paths_lib.check_reachable(workdir, "run directory")
+  if out is not None:
+    paths_lib.check_reachable(out, "--out")
+  with paths_lib.storage_failures(f"exporting {workdir} to {out or workdir / 'export'}",
+                                  workdir, out or ""):
+    return _export(workdir, out, fmt, step, dtype, tokenizer_path, overwrite, verify, trial, st)
+
+
+def _export(workdir, out, fmt, step, dtype, tokenizer_path, overwrite, verify, trial, st):
+  """:func:`export` once its arguments are checked and its storage answers."""
   run = load_run(workdir)
   out = outdir.check_out(out or workdir / "export", workdir, overwrite)
   paths_lib.check_writable_dir(out, "--out")

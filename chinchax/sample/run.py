@@ -155,19 +155,22 @@ def sample(workdir, req: Request) -> Result:
     ExportError: not a run, no checkpoint (at ``step``), a bad ``trial``, the run's tokenizer
       found nowhere or ``tokenizer_path`` not the run's.
     TokenizerError: ``tokenizer_path`` is missing or not a tokenizer.json.
+    PathError: a gs:// run whose storage does not answer, or fails while it is read.
   """
   check(req)
   workdir = paths_lib.resolved(workdir)  # local, or gs://bucket/...
-  run = export_lib.load_run(workdir)
-  tok = tokenizer_of(workdir, run, req.tokenizer_path)
-  cfg = model_config(run, tok.eos_id)
-  if tok.vocab_size > cfg.vocab_size:
-    raise SampleError(f"the tokenizer has {tok.vocab_size} ids but the run's model has "
-                      f"vocab_size={cfg.vocab_size}; it is not the run's tokenizer")
-  seq_len = int(run["config"]["train"]["seq_len"])
-  ids, n_new = prompt_ids(tok, req.prompt, seq_len, req.max_new_tokens)
-  params, step = export_lib.load_params(workdir, req.step)
-  params, trial = export_lib.pick_trial(params, run, workdir, req.trial)
+  paths_lib.check_reachable(workdir, "run directory")
+  with paths_lib.storage_failures(f"reading the run {workdir}", workdir):
+    run = export_lib.load_run(workdir)
+    tok = tokenizer_of(workdir, run, req.tokenizer_path)
+    cfg = model_config(run, tok.eos_id)
+    if tok.vocab_size > cfg.vocab_size:
+      raise SampleError(f"the tokenizer has {tok.vocab_size} ids but the run's model has "
+                        f"vocab_size={cfg.vocab_size}; it is not the run's tokenizer")
+    seq_len = int(run["config"]["train"]["seq_len"])
+    ids, n_new = prompt_ids(tok, req.prompt, seq_len, req.max_new_tokens)
+    params, step = export_lib.load_params(workdir, req.step)
+    params, trial = export_lib.pick_trial(params, run, workdir, req.trial)
   model = build_model(params, cfg)
   rule = dataclasses.replace(req.rule, vocab=tok.vocab_size)
   prompt_BP = np.broadcast_to(ids, (req.num_samples, ids.size))

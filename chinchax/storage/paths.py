@@ -190,6 +190,40 @@ def _check_url_dir(path, what: str):
   return p
 
 
+def check_reachable(path, what: str) -> None:
+  """For a URL: raises PathError when its storage service gives no answer to one ``exists``
+  within ``gcs.CHECK_TIMEOUT_S`` (gcsfs alone retries a refused connection for over a minute);
+  nothing for a local path."""
+  if not is_url(path):
+    return
+  try:
+    gcs.bounded(lambda: as_path(path).exists())
+  except gcs.Unreachable as e:
+    raise PathError(f"{what} {path}: the storage service at {gcs.endpoint()} gave {e}; check "
+                    f"the network and STORAGE_EMULATOR_HOST, then rerun") from None
+  except errors.UserError:
+    raise
+  except Exception as e:  # noqa: BLE001 — any client error: one line, no traceback
+    raise PathError(f"{what} {path} cannot be read ({_one_line(e)})") from None
+
+
+@contextlib.contextmanager
+def storage_failures(what: str, *places):
+  """Turns an error of the storage service (a refused connection, a client's retries given up)
+  inside the block into one PathError line naming ``what`` was being done, when one of
+  ``places`` is a URL; user errors and local paths pass through unchanged."""
+  if not any(is_url(p) for p in places):
+    yield
+    return
+  try:
+    yield
+  except errors.UserError:
+    raise
+  except Exception as e:  # noqa: BLE001 — gcsfs, aiohttp, google-api-core: one line
+    raise PathError(f"{what}: the storage service at {gcs.endpoint()} failed "
+                    f"({_one_line(e)}); rerun once it answers") from None
+
+
 def _one_line(e: BaseException) -> str:
   text = " ".join(str(e).split())
   return f"{type(e).__name__}: {text[:160]}"
