@@ -82,6 +82,17 @@ def test_export_out_gs_follows_the_local_rules(bpe_run, gcs_url, capsys):
                    "--dtype", "bfloat16"]) == 0
   info = json.loads(paths_lib.as_path(f"{other}/hf/export_info.json").read_text())
   assert info["dtype"] == "bfloat16"
+  assert "upload" not in info  # the last object written is the complete export_info.json
+  # an upload cut short (the storage went away) leaves its first object marked incomplete:
+  # an export --overwrite may replace, not a user's objects
+  cut = paths_lib.as_path(f"{gcs_url}/cut")
+  (cut / "export_info.json").write_text(json.dumps({**info, "upload": "incomplete"}))
+  (cut / "config.json").write_text("{}")
+  assert cli.main(["export", c.workdir, "--out", str(cut)]) == 2
+  _one_error(capsys, "holds an export whose upload was interrupted; pass --overwrite")
+  assert cli.main(["export", c.workdir, "--out", str(cut), "--overwrite"]) == 0
+  assert "upload" not in json.loads((cut / "export_info.json").read_text())
+  assert json.loads((cut / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
 
 
 def _cli(args, timeout=600):

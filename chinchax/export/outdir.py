@@ -19,9 +19,11 @@ A URL (``--out gs://BUCKET/PREFIX``) follows the same rules, a prefix standing f
 directory: it must name a prefix (not a whole bucket), and a prefix holding a run, lying
 among a run's objects, or holding objects that are not an earlier export is refused, with
 ``--overwrite`` or without. There are no renames on an object store: the files are written
-locally, then uploaded one object each, ``export_info.json`` last (so a prefix that holds it
-holds a complete export); objects of an earlier export that the new one does not write are
-deleted after the upload; an upload that fails into a new prefix deletes what it wrote.
+locally, then uploaded one object each: first ``export_info.json`` marked
+``"upload": "incomplete"``, so an interrupted upload still counts as an export that
+``--overwrite`` may replace, and last the complete ``export_info.json``; objects of an earlier
+export that the new one does not write are deleted after the upload; an upload that fails into
+a new prefix deletes what it wrote when the storage still answers.
 """
 
 from __future__ import annotations
@@ -120,8 +122,18 @@ def _check_held(out, given: str, overwrite: bool, valid: str, words: tuple[str, 
         f"{', '.join(others[:3])}{', …' if len(others) > 3 else ''}); --overwrite replaces "
         f"only an earlier export; {valid}")
   if not overwrite:
-    raise ExportError(f"--out {given} holds an earlier export; pass --overwrite to replace "
+    what = ("an export whose upload was interrupted" if _incomplete(out) else
+            "an earlier export")
+    raise ExportError(f"--out {given} holds {what}; pass --overwrite to replace "
                       f"it, or choose another --out")
+
+
+def _incomplete(out) -> bool:
+  """True for an export (on an object store) whose upload did not finish."""
+  try:
+    return json.loads((out / "export_info.json").read_text()).get("upload") == "incomplete"
+  except (OSError, ValueError, AttributeError):
+    return False
 
 
 def _check_url_out(given: str, workdir, overwrite: bool):
@@ -168,14 +180,17 @@ def _write_url(out, fill) -> None:
       raise ExportError(f"--out {out} changed during the export and is no longer an earlier "
                         f"export; nothing was replaced")
     names = sorted(os.listdir(tmp), key=lambda n: (n == "export_info.json", n))
+    info = json.loads((tmp / "export_info.json").read_text())
     done = []
-    try:
-      for name in names:  # export_info.json last: it marks a complete export
+    try:  # marked incomplete first: an interrupted upload is an export --overwrite may replace
+      (out / "export_info.json").write_text(json.dumps({**info, "upload": "incomplete"}))
+      done.append("export_info.json")
+      for name in names:  # export_info.json last, complete
         (out / name).write_bytes((tmp / name).read_bytes())
         done.append(name)
     except BaseException:
-      if not before:  # a new prefix: nothing half-written is left
-        for name in done:
+      if not before:  # a new prefix: nothing half-written is left (when the storage answers)
+        for name in reversed(done):
           try:
             (out / name).unlink()
           except Exception:  # noqa: BLE001 — the storage is gone: the error raised says so
