@@ -17,6 +17,8 @@ import sys
 
 import pytest
 
+from chinchax.data import sources
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 TRAIN_ARGS = ["--config", "configs/train.py:tiny", "--config.data.source=files",
@@ -34,8 +36,17 @@ def _chinchax(*args, cwd=REPO):
 
 @pytest.fixture
 def old_run(tmp_path):
+  """A copy of the old run whose recorded corpus fingerprint is that of the same files in this
+  checkout: a corpus's documents are named by their absolute paths, and the golden run was
+  trained in another directory (same bytes, other names)."""
   run = tmp_path / "old_run"
   shutil.copytree(GOLDEN / "old_run", run)
+  config = json.loads((run / "config.json").read_text())
+  source = sources.FileSource(str(REPO / "tests" / "golden" / "corpus" / "*.txt"))
+  assert [f.read_bytes() for f in source.files] == [
+      f.read_bytes() for f in sorted((GOLDEN / "corpus").glob("*.txt"))]
+  config["data_signature"]["store_fingerprint"] = sources.scan(source).fingerprint
+  (run / "config.json").write_text(json.dumps(config, indent=2))
   return run
 
 
