@@ -44,6 +44,7 @@ from chinchax.cost import budget
 from chinchax import console
 from chinchax.model import transformer as model_lib
 from chinchax.storage import paths as paths_lib
+from chinchax.export import generation
 from chinchax.export import llama_table
 from chinchax.export import outdir
 from chinchax.export import tokenizer_files
@@ -207,8 +208,10 @@ def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
           for name, hf, e in llama_table.pairs(cfg.n_layers, cfg.tie_embeddings)}
 
 
-def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
-  """HF ``LlamaConfig`` fields for the model (config.json of the export)."""
+def llama_config(cfg, run: dict, eos_id: int | None, dtype: str,
+                 bos_id: int | None = None) -> dict:
+  """HF ``LlamaConfig`` fields for the model (config.json of the export); ``bos_id`` None =
+  ``eos_id``."""
   return {
       "architectures": ["LlamaForCausalLM"],
       "model_type": "llama",
@@ -231,7 +234,7 @@ def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
       "pretraining_tp": 1,
       "tie_word_embeddings": cfg.tie_embeddings,
       "initializer_range": cfg.init_std,
-      "bos_token_id": eos_id,
+      "bos_token_id": eos_id if bos_id is None else bos_id,
       "eos_token_id": eos_id,
       "use_cache": True,
       "torch_dtype": dtype,
@@ -361,23 +364,26 @@ def export(workdir, out=None, *, fmt: str = "safetensors", step: int | None = No
   if dtype == "bfloat16":
     import ml_dtypes
     tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
-  hf_config = llama_config(cfg, run, eos_id, dtype)
+  hf_config = llama_config(cfg, run, eos_id, dtype, tok.bos_id)
+  gen_config, padded = generation.generation_config(tok, cfg.vocab_size)
 
   def fill(tmp: pathlib.Path) -> None:
     st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2))
+    (tmp / "generation_config.json").write_text(json.dumps(gen_config, indent=2))
     (tmp / "tokenizer.json").write_text(tok.json_text)
     (tmp / "tokenizer_config.json").write_text(json.dumps(
-        tokenizer_files.tokenizer_config(tok.eos_token), indent=2))
+        tokenizer_files.tokenizer_config(tok.eos_token, tok.bos_token), indent=2))
     info = {"workdir": str(workdir), "step": step, "trial": trial, "format": fmt, "dtype": dtype,
             "trained_seq_len": run["config"]["train"]["seq_len"],
-            "tokenizer": tok.info, "architecture": "LlamaForCausalLM",
+            "tokenizer": tok.info, "generate": padded or "every row is a tokenizer id",
+            "architecture": "LlamaForCausalLM",
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
 
   outdir.write_atomically(out, fill)
+  if padded:
+    console.say(f"padded vocabulary: {padded}")
   if verify:
     tokens = (np.arange(2 * 16).reshape(2, 16) * 7919) % cfg.vocab_size
     ref = chinchax_logits(params, cfg, tokens)

@@ -97,9 +97,11 @@ def prompt_ids(tok, text: str, seq_len: int, max_new_tokens: int | None) -> tupl
   Raises:
     SampleError: the prompt leaves no room (P ≥ seq_len), or P + N > seq_len.
   """
-  ids = np.asarray(tok.encode(text.encode("utf-8")), np.int32)
+  # The tokenizer's own encoding: with the tokens its post-processor adds (a Llama BOS), as
+  # AutoTokenizer gives them; an empty prompt starts a document (its BOS, else EOS).
+  ids = np.asarray(tok.encode_prompt(text.encode("utf-8")), np.int32)
   if ids.size == 0:
-    ids = np.array([tok.eos_id], np.int32)  # an empty prompt starts a document
+    ids = np.array([tok.eos_id], np.int32)
   P = int(ids.size)
   if max_new_tokens is None:
     if P >= seq_len:
