@@ -68,6 +68,8 @@ def main(argv=None) -> int:
   ap.add_argument("--calls", type=int, default=80)
   ap.add_argument("--lengths", type=int, default=36)
   ap.add_argument("--new", type=int, default=16, help="new tokens per call")
+  ap.add_argument("--same-length", type=int, default=0, metavar="P",
+                  help="every call with a prompt of P tokens (nothing compiled after the first)")
   args = ap.parse_args(argv)
   monitoring.register_event_duration_secs_listener(_on_event)
   greedy = strategies.Sampling(temperature=0.0)
@@ -87,23 +89,27 @@ def main(argv=None) -> int:
     call = lambda P: generate_lib.generate(  # noqa: E731
         model, ids[None, :P], max_new_tokens=args.new, rule=greedy, eos_id=256,
         positions=seq_len)
-  plan = lengths(args.lengths, args.calls, seq_len - args.new)
+  plan = ([args.same_length] * args.calls if args.same_length else
+          lengths(args.lengths, args.calls, seq_len - args.new))
+  start = COMPILES[0]  # programs compiled before the first call (the random model's init)
   rss, secs, ours = [], [], 0
   for k, P in enumerate(plan):
     t0 = time.perf_counter()
     gen = call(P)
     secs.append(time.perf_counter() - t0)
-    ours += gen.compiled
+    ours += getattr(gen, "compiled", 0)
     rss.append(_status("VmRSS"))
-    print(f"call {k + 1:3d}  P={P:3d}  compiles {COMPILES[0]:3d} (ours {ours:2d})  "
+    print(f"call {k + 1:3d}  P={P:3d}  compiles {COMPILES[0] - start:3d} (ours {ours:2d})  "
           f"{secs[-1]:6.3f} s  RSS {rss[-1]:8.1f} MB  maps {_maps()}", flush=True)
   tail = np.array(rss[9:])
   slope = np.polyfit(np.arange(len(tail)), tail, 1)[0] if len(tail) > 1 else float("nan")
   print(f"\n{args.calls} calls over {len(set(plan))} prompt lengths "
         f"({'run.sample on ' + args.run if args.run else 'generate, random small model'}, "
         f"seq_len {seq_len}, {args.new} new tokens, greedy):")
-  print(f"  XLA compilations: {COMPILES[0]} in all (sampling programs: {ours}; prefill buckets "
-        f"{sorted({generate_lib.bucket(P, seq_len) for P in plan})})")
+  buckets = (sorted({generate_lib.bucket(P, seq_len) for P in plan})
+             if hasattr(generate_lib, "bucket") else "none")
+  print(f"  XLA compilations during the calls: {COMPILES[0] - start} (sampling programs: {ours}; "
+        f"prefill buckets {buckets})")
   print(f"  RSS call 10 → {args.calls}: {rss[9]:.1f} → {rss[-1]:.1f} MB "
         f"({rss[-1] - rss[9]:+.1f} MB; {slope:+.3f} MB per call by least squares)")
   print(f"  seconds per call: median {statistics.median(secs[10:]):.3f} after call 10, "

@@ -185,7 +185,7 @@ def generate(model: model_lib.Transformer, prompt_BP, *, max_new_tokens: int,
   Raises:
     SampleError: P < 1, N < 1, or P + N > S.
   """
-  prompt_BP = jnp.asarray(prompt_BP, jnp.int32)
+  prompt_BP = np.asarray(prompt_BP, np.int32)  # numpy: a device conversion would compile per shape
   B, P = prompt_BP.shape
   S = positions or P + max_new_tokens
   if P < 1 or max_new_tokens < 1 or P + max_new_tokens > S:
