@@ -36,6 +36,7 @@ def _transformers_greedy(out: pathlib.Path, prompt: str, n: int) -> tuple[list[i
   ids = tok(prompt, return_tensors="pt")
   with torch.no_grad():
     gen = hf.generate(**ids, do_sample=False, max_new_tokens=n)
+  _transformers_greedy.prompt_ids = ids["input_ids"][0].tolist()
   return (gen[0, ids["input_ids"].shape[1]:].tolist(),
           f"transformers {transformers.__version__}, torch {torch.__version__}")
 
@@ -54,6 +55,7 @@ def _numpy_greedy(out: pathlib.Path, prompt: str, n: int) -> tuple[list[int], st
   suppress = json.loads((out / "generation_config.json").read_text()).get("suppress_tokens", [])
   tensors = st.load_file(str(out / "model.safetensors"))
   tokens = tok.encode(prompt, add_special_tokens=True).ids
+  _numpy_greedy.prompt_ids = tokens
   new = []
   for _ in range(n):
     logits = export.numpy_forward(tensors, config, np.asarray([tokens + new]))[0, -1]
@@ -77,12 +79,19 @@ def compare(workdir: str, prompts: list[str], n: int, use_numpy: bool) -> list[t
       hf_new, what = (_numpy_greedy if use_numpy else _transformers_greedy)(out, prompt, n)
       req = run_lib.Request(prompt=prompt, max_new_tokens=n, rule=strategies.Sampling(0.0))
       res = run_lib.sample(workdir, req)
-      out_lines.append(_line(workdir, prompt, res.generation.tokens[0].tolist(), hf_new, what))
+      run = export.load_run(workdir)
+      tok = run_lib.tokenizer_of(pathlib.Path(workdir).resolve(), run)
+      ids = tok.encode_prompt(prompt.encode("utf-8")).tolist()
+      theirs = (_numpy_greedy if use_numpy else _transformers_greedy).prompt_ids
+      same_ids = ("prompt ids equal" if ids == theirs else
+                  f"PROMPT IDS DIFFER: chinchax {ids[:6]}… vs {theirs[:6]}…")
+      out_lines.append(_line(workdir, prompt, res.generation.tokens[0].tolist(), hf_new,
+                             f"{what}; {same_ids}, first {ids[:3]}", ids == theirs))
   return out_lines
 
 
-def _line(workdir, prompt, ours, hf_new, what):
-  same = ours == hf_new[:len(ours)] and len(hf_new) == len(ours)
+def _line(workdir, prompt, ours, hf_new, what, same_ids=True):
+  same = ours == hf_new[:len(ours)] and len(hf_new) == len(ours) and same_ids
   first = next((i for i, (a, b) in enumerate(zip(ours, hf_new)) if a != b), None)
   return same, (f"{workdir} {prompt!r}: {'equal' if same else 'DIFFERENT'} over {len(ours)} "
                 f"new tokens ({what})"
