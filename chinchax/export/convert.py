@@ -67,10 +67,11 @@ def _params(src, cfg) -> dict:
 
 
 def _tokenizer(c, src) -> tokenizer_files.ExportTokenizer:
-  tok = tokenizers_lib.make_tokenizer(c.data)
+  """The tokenizer a run from DIR uses (:func:`hf_source.configure` set ``c.data``)."""
   if src.tokenizer_path is None:
     return tokenizer_files.byte_tokenizer()
-  return tokenizer_files.for_tokenizer(tok, str(src.tokenizer_path))
+  return tokenizer_files.for_tokenizer(tokenizers_lib.make_tokenizer(c.data),
+                                       str(src.tokenizer_path))
 
 
 def convert(directory, out, *, dtype: str | None = None, overwrite: bool = False,

@@ -59,6 +59,7 @@ class Result:
   prompt_tokens: int
   step: int
   trial: int | None
+  added: str = ""  # the tokens the tokenizer adds to the prompt ("<s> (id 1) before"); "" = none
 
 
 def tokenizer_of(workdir: pathlib.Path, run: dict, tokenizer_path: str = ""):
@@ -177,4 +178,6 @@ def sample(workdir, req: Request) -> Result:
                               eos_id=tok.eos_id, use_cache=req.use_cache, positions=seq_len)
   texts = [tok.decode(np.concatenate([ids, new])).decode("utf-8", errors="replace")
            for new in gen.tokens]
-  return Result(texts, gen, int(ids.size), step, trial)
+  pre, suf = getattr(tok, "prefix_ids", ()), getattr(tok, "suffix_ids", ())
+  added = tok.added_description().split(" each text")[0] if pre or suf else ""
+  return Result(texts, gen, int(ids.size), step, trial, added)
