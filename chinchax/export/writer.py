@@ -8,7 +8,8 @@ Writes ``DIR`` (default ``WORKDIR/export``): ``model.safetensors``,
 (source run, step, trained seq_len, the tensor mapping), ``tokenizer.json`` and
 ``tokenizer_config.json``: the run's own tokenizer, found and checked by its sha256,
 or for a byte-level run one built to give chinchax's ids (0–255 = the UTF-8 bytes,
-256 = EOS); see :mod:`chinchax.export.tokenizer_files`. The output directory rules
+256 = EOS); see :mod:`chinchax.export.tokenizer_files` (BOS: the tokenizer's own) and
+:mod:`chinchax.export.generation` (a padded vocabulary's ids in ``suppress_tokens``). The output directory rules
 (``--overwrite`` replaces only an earlier export) are in :mod:`chinchax.export.outdir`.
 
 The architectures match one to one: pre-norm RMSNorm (``x·rsqrt(mean(x²)+eps)·w``),
