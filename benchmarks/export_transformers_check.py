@@ -38,7 +38,7 @@ def _expected_ids(out: pathlib.Path, text: str) -> list[int]:
   import tokenizers
   tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
   tok.encode_special_tokens = True  # chinchax.data.tokenizers.HFTokenizer's setting
-  return tok.encode(text, add_special_tokens=False).ids
+  return tok.encode(text, add_special_tokens=True).ids  # with the tokens it adds (a BOS), as chinchax
 
 
 def check(out: pathlib.Path) -> list[str]:
@@ -69,7 +69,7 @@ def check(out: pathlib.Path) -> list[str]:
                   f"{enc['input_ids'][i:i + 4]} vs {want[i:i + 4]}")
   if tok.eos_token_id in enc["input_ids"]:
     failed.append("a literal <|endoftext|> in text became EOS")
-  if tok.decode(enc["input_ids"]) != TEXT:
+  if tok.decode(enc["input_ids"], skip_special_tokens=True) != TEXT:
     failed.append(f"decode(encode(text)) != text: {tok.decode(enc['input_ids'])!r}")
   try:
     import torch

@@ -66,6 +66,38 @@ def test_greedy_with_the_cache_equals_the_full_forward_each_token(kw):
                            np.asarray(model(jnp.asarray(prompt))), atol=1e-3)
 
 
+def test_many_prompt_lengths_compile_a_few_programs_and_decode_as_the_full_forward():
+  """A long-lived process: 30 calls over 15 prompt lengths (1…47 tokens, a 64-position cache)
+  compile one prefill per bucket (16, 32, 64) and one decode loop, counted by JAX's own
+  compile events; each greedy continuation equals recomputing model(tokens) for every token,
+  document mask included (padding is never a document's EOS)."""
+  from jax import monitoring
+
+  model = _model(document_mask=True, eos_id=3)
+  generate_lib._COMPILED.clear()
+  compiles = []
+  monitoring.register_event_duration_secs_listener(
+      lambda name, _s, **_k: compiles.append(name)
+      if name == "/jax/core/compile/backend_compile_duration" else None)
+  rng = np.random.default_rng(0)
+  lengths = [int(p) for p in np.linspace(1, 47, 15).round()] * 2
+  ours, during = 0, []  # our counter; JAX's compile events during each generate call
+  for k, P in enumerate(lengths):
+    prompt = rng.integers(0, 61, size=(2, P))
+    prompt[:, P // 2] = 3  # an EOS inside the prompt: a new document starts after it
+    before = len(compiles)
+    got = generate_lib.generate(model, prompt, max_new_tokens=6, rule=GREEDY, eos_id=3,
+                                stop_at_eos=False, positions=64)
+    during.append(len(compiles) - before)
+    ours += got.compiled
+    if k % 4 == 0:
+      np.testing.assert_array_equal(np.stack(got.tokens), _greedy_by_full_forward(model, prompt, 6))
+  assert sorted({generate_lib.bucket(P, 64) for P in lengths}) == [16, 32, 64]
+  assert ours == 4  # three prefills and one decode loop
+  assert sum(during) <= 6, during  # JAX's count: those, and at most a PRNG seed's program
+  assert sum(during[len(lengths) // 2:]) == 0, during  # the second pass compiles nothing
+
+
 def test_without_the_cache_and_stopping_at_eos():
   """The uncached loop draws the same tokens; a sequence stops at its first EOS (kept)."""
   model = _model()

@@ -7,14 +7,22 @@ transformers.AutoModelForCausalLM / AutoTokenizer.from_pretrained(OUT). A litera
 "<|endoftext|>" inside text is encoded as text, as in training. --overwrite replaces
 only an earlier export, never a run or another directory.
 
-Example:
+--from-hf DIR (no WORKDIR) imports an HF Llama directory as train.init_from=hf:DIR reads it
+and exports it again into --out: each tensor bitwise DIR's (checked), the tokenizer and
+generation config as an export writes them.
+
+Examples:
   chinchax export runs/gutenberg --out runs/gutenberg/hf --dtype bfloat16 --verify
+  chinchax export --from-hf ~/models/llama-hf --out ~/models/llama-chinchax
 """
 
 from __future__ import annotations
 
 from chinchax import console
+from chinchax.export import convert
 from chinchax.export import writer as export_lib
+from chinchax.export.error import ExportError
+from chinchax.storage import paths as paths_lib
 from chinchax.cli import helptext
 
 
@@ -27,14 +35,19 @@ def main(argv: list[str]) -> int:
       an existing ``--out`` without ``--overwrite``, a bad format or dtype.
   """
   parser = helptext.parser("export", __doc__)
-  parser.add_argument("workdir", metavar="WORKDIR",
+  parser.add_argument("workdir", metavar="WORKDIR", nargs="?", default="",
                       help="run directory (holds config.json and checkpoints/)")
+  parser.add_argument("--from-hf", default="", metavar="DIR",
+                      help="instead of a run: an HF Llama directory, imported and exported "
+                           "unchanged into --out (tensors checked bitwise)")
   parser.add_argument("--format", default="safetensors", help="output format: safetensors")
   parser.add_argument("--out", default="", metavar="DIR",
                       help="output directory (default: WORKDIR/export)")
   parser.add_argument("--step", type=int, default=None,
                       help="checkpoint step (default: the latest)")
-  parser.add_argument("--dtype", default="float32", help="tensor dtype: float32 | bfloat16")
+  parser.add_argument("--dtype", default=None,
+                      help="tensor dtype: float32 | bfloat16 (default float32; with --from-hf "
+                           "each tensor's own, or float16)")
   parser.add_argument("--trial", type=int, default=None,
                       help="of a trials run: the trial to export (default: its best)")
   parser.add_argument("--tokenizer", default="", metavar="PATH",
@@ -48,9 +61,36 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
+  if args.from_hf:
+    return _convert(args)
+  if not args.workdir:
+    raise ExportError("give a run directory (WORKDIR), or --from-hf DIR with --out")
+  args.dtype = args.dtype or "float32"
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
                           trial=args.trial, dtype=args.dtype, tokenizer_path=args.tokenizer,
                           overwrite=args.overwrite, verify=args.verify)
   console.say(f"exported {args.workdir} → {out} (HF LlamaForCausalLM, {args.dtype})")
   return 0
 
+
+
+def _convert(args) -> int:
+  """``--from-hf DIR --out OUT``: :func:`chinchax.export.convert.convert`.
+
+  Raises:
+    ExportError: a WORKDIR or a run's flag as well, no --out, or a gs:// --out.
+  """
+  extra = [f for f, v in (("WORKDIR", args.workdir), ("--step", args.step is not None),
+                          ("--trial", args.trial is not None), ("--tokenizer", args.tokenizer))
+           if v]
+  if extra:
+    raise ExportError(f"--from-hf {args.from_hf} converts an HF directory; {extra[0]} belongs "
+                      f"to exporting a run: give one or the other")
+  if not args.out or paths_lib.is_url(args.out):
+    raise ExportError(f"--from-hf needs a local --out directory (got {args.out or 'none'}); "
+                      f"e.g. --out {args.from_hf.rstrip('/')}-chinchax")
+  out, n = convert.convert(args.from_hf, args.out, dtype=args.dtype, overwrite=args.overwrite,
+                           verify=args.verify)
+  console.say(f"converted {args.from_hf} → {out} through chinchax's import and export: {n} "
+              f"tensors, each bitwise the source's")
+  return 0

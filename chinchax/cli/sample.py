@@ -93,7 +93,8 @@ def main(argv: list[str]) -> int:
     console.say(text)
   g = result.generation
   trial = f", trial {result.trial}" if result.trial is not None else ""
-  console.say(f"sample: step {result.step}{trial}; {result.prompt_tokens} prompt tokens, "
+  added = f" (with {result.added})" if result.added else ""
+  console.say(f"sample: step {result.step}{trial}; {result.prompt_tokens} prompt tokens{added}, "
               f"{g.new_tokens} new in {g.prefill_s + g.decode_s:.3g} s "
               f"({g.tokens_per_s:.4g} tokens/s, {'no cache' if args.no_cache else 'KV cache'}; "
               f"compile {g.compile_s:.3g} s)", stream=sys.stderr)

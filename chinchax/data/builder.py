@@ -386,7 +386,8 @@ def report(directory: pathlib.Path) -> str:
       f"store      {directory}",
       f"source     {m['source']['kind']}, {mb:.2f} MB, fingerprint {m['fingerprint'][:16]}",
       f"tokenizer  {tok['name']} ({tok['kind']}), vocab {tok['vocab_size']:,}, eos id "
-      f"{tok['eos_id']}, sha256 {tok['sha256'][:16]}, ids stored as {m['dtype']}",
+      f"{tok['eos_id']}, sha256 {tok['sha256'][:16]}, ids stored as {m['dtype']}"
+      + (f"; adds {tok['added_tokens']}" if tok.get("added_tokens") else ""),
       f"documents  {docs['read']:,} read, {docs['kept']:,} kept; {docs['empty_skipped']:,} empty "
       f"skipped; invalid UTF-8: {docs['invalid_utf8_replaced']:,} replaced, "
       f"{docs['invalid_utf8_skipped']:,} skipped ({m['decode_errors']})",

@@ -11,9 +11,14 @@ rules), ``encode_batch`` (list of UTF-8 bytes → list of id arrays) and
 
 * ``bytes``: each UTF-8 byte is a token (ids 0–255), EOS = 256, vocab 257.
 * ``hf``: ``data.tokenizer_path`` names a tokenizer.json of the HF
-  ``tokenizers`` library; documents are encoded without the tokenizer's own
-  special tokens (no BOS) and followed by its EOS token (``data.eos_token``, or
-  the first of :data:`EOS_CANDIDATES` it knows).
+  ``tokenizers`` library; documents and prompts keep the tokenizer's own
+  special tokens — the ones its post-processor adds around a text (a Llama
+  template's BOS ``<s>``; :attr:`HFTokenizer.prefix_ids` / ``suffix_ids``),
+  so chinchax's ids are ``encode(text, add_special_tokens=True)``'s, as
+  ``transformers.AutoTokenizer`` gives them — and each document is followed
+  by its EOS token (``data.eos_token``, or the first of
+  :data:`EOS_CANDIDATES` it knows) unless the tokenizer's own suffix already
+  ends with it.
 * ``bpe``: a byte-level BPE (GPT-2 style pre-tokenisation, 256 byte symbols,
   EOS ``<|endoftext|>`` = id 0) of ``data.bpe_vocab_size`` ids, trained with HF
   ``tokenizers`` on the corpus's training documents when its store is built
@@ -37,6 +42,9 @@ from chinchax.data.sources import DataError
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 BPE_EOS = "<|endoftext|>"
 SPECIAL_AS_TEXT = b"chinchax: special tokens inside text are encoded as text\n"
+# Part of the digest of a tokenizer whose post-processor adds tokens around a text: its stores
+# hold them (a store built before they were kept has another digest and is never reused).
+KEEPS_ADDED = b"chinchax: the tokens the post-processor adds around a text are kept\n"
 
 
 # Documents longer than this are encoded in pieces cut at safe boundaries (:func:`split_document`),
@@ -101,6 +109,10 @@ class ByteTokenizer:
     """Documents (bytes) → uint16 id arrays, one per document."""
     return [self.encode(d) for d in docs]
 
+  encode_prompt = encode
+  prefix_ids = suffix_ids = ()
+  bos_id = None
+
   def decode(self, ids) -> bytes:
     """ids → bytes; EOS and out-of-range ids are dropped."""
     arr = np.asarray(ids)
@@ -139,8 +151,33 @@ def _splittable(tokenizer_json: str) -> bool:
           and all(t.get("special") for t in j.get("added_tokens") or []))
 
 
+def added_tokens(tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """(ids before, ids after) a text that ``tokenizer``'s post-processor adds: a Llama template
+  (``<s> $A``) gives ((1,), ()); a tokenizer without a post-processor ((), ()). Found by
+  encoding a probe text with and without ``add_special_tokens``.
+
+  Raises:
+    TokenizerError: the post-processor does more than add tokens around the text.
+  """
+  probe = "chinchax probe 1"
+  bare = tokenizer.encode(probe, add_special_tokens=False).ids
+  full = tokenizer.encode(probe, add_special_tokens=True).ids
+  n = len(bare)
+  for i in range(len(full) - n + 1):
+    if full[i:i + n] == bare:
+      return tuple(full[:i]), tuple(full[i + n:])
+  raise TokenizerError(f"the tokenizer's post-processor changes a text's own ids "
+                       f"({bare} → {full}), not only adding tokens around it; chinchax keeps "
+                       f"only added tokens")
+
+
 class HFTokenizer:
   """An HF ``tokenizers.Tokenizer`` behind the chinchax tokenizer interface.
+
+  ``prefix_ids`` / ``suffix_ids``: the special tokens the tokenizer's post-processor adds
+  before / after a text (:func:`added_tokens`); :meth:`encode_batch` adds them to each
+  document (the suffix without a trailing EOS: the store appends EOS after every document),
+  :meth:`encode_prompt` to a prompt, as ``add_special_tokens=True`` does.
 
   Args:
     tokenizer: the ``tokenizers.Tokenizer``.
@@ -171,12 +208,16 @@ class HFTokenizer:
     self.eos_id = int(vocab[self.eos_token])
     self.dtype = ids_dtype(self.vocab_size)
     self._json = tokenizer.to_str()
+    self.prefix_ids, self.suffix_ids = added_tokens(tokenizer)
+    self.bos_id = self.prefix_ids[0] if len(self.prefix_ids) == 1 else None
+    self.bos_token = tokenizer.id_to_token(self.bos_id) if self.bos_id is not None else None
     # Text is only ever text: a literal "<|endoftext|>" (or any special token) inside a document is
     # encoded as its characters, never as the special id; EOS is appended by the builder alone.
     # (A runtime setting, not in the JSON: the digest says so, so stores built otherwise are not reused.)
     tokenizer.encode_special_tokens = True
+    keeps = KEEPS_ADDED if self.prefix_ids or self.suffix_ids else b""
     self.digest = hashlib.sha256(
-        SPECIAL_AS_TEXT + self._json.encode("utf-8")).hexdigest()
+        SPECIAL_AS_TEXT + keeps + self._json.encode("utf-8")).hexdigest()
     self.splittable = _splittable(self._json)
 
   @classmethod
@@ -207,11 +248,26 @@ class HFTokenizer:
                   origin=state["origin"])
 
   def encode(self, data: bytes) -> np.ndarray:
-    """UTF-8 bytes → ids [n] in ``self.dtype`` (no special tokens added)."""
+    """A document's UTF-8 bytes → ids [n] in ``self.dtype`` (see :meth:`encode_batch`)."""
     return self.encode_batch([data])[0]
 
-  def encode_batch(self, docs: list[bytes]) -> list[np.ndarray]:
-    """Documents (valid UTF-8 bytes) → id arrays in ``self.dtype``, one per document.
+  def encode_prompt(self, data: bytes) -> np.ndarray:
+    """A prompt's UTF-8 bytes → ids [n]: the tokenizer's own encoding with its added tokens
+    (``encode(text, add_special_tokens=True)``, what ``AutoTokenizer`` gives); a literal
+    special token inside the text is still text."""
+    core = self.encode_batch([data], added=False)[0]
+    return np.concatenate([np.asarray(self.prefix_ids, self.dtype), core,
+                           np.asarray(self.suffix_ids, self.dtype)])
+
+  @property
+  def document_suffix(self) -> tuple[int, ...]:
+    """The suffix :meth:`encode_batch` adds: ``suffix_ids`` without a trailing EOS."""
+    s = self.suffix_ids
+    return s[:-1] if s and s[-1] == self.eos_id else s
+
+  def encode_batch(self, docs: list[bytes], added: bool = True) -> list[np.ndarray]:
+    """Documents (valid UTF-8 bytes) → id arrays in ``self.dtype``, one per document, each
+    between ``prefix_ids`` and :attr:`document_suffix` (``added``; none when false).
 
     Encoded about :data:`ENCODE_GROUP_BYTES` of text per tokenizer call; when
     ``splittable`` (:func:`_splittable`), a document above :data:`PIECE_BYTES`
@@ -235,6 +291,10 @@ class HFTokenizer:
         out[k].append(np.asarray(e.ids, dtype=np.int64).astype(self.dtype))
       del encodings
       i = j
+    if added and (self.prefix_ids or self.document_suffix):
+      pre = np.asarray(self.prefix_ids, self.dtype)
+      suf = np.asarray(self.document_suffix, self.dtype)
+      out = [[pre, *a, suf] for a in out]
     return [a[0] if len(a) == 1 else np.concatenate(a) if a else np.zeros(0, self.dtype)
             for a in out]
 
@@ -244,9 +304,20 @@ class HFTokenizer:
     return self._tok.decode(ids, skip_special_tokens=True).encode("utf-8")
 
   def describe(self) -> dict:
-    return {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size,
-            "eos_id": self.eos_id, "eos_token": self.eos_token, "sha256": self.digest,
-            "origin": self.origin, "file": "tokenizer.json"}
+    out = {"name": self.name, "kind": self.kind, "vocab_size": self.vocab_size,
+           "eos_id": self.eos_id, "eos_token": self.eos_token, "sha256": self.digest,
+           "origin": self.origin, "file": "tokenizer.json"}
+    if self.prefix_ids or self.suffix_ids:
+      out["added_tokens"] = self.added_description()
+    return out
+
+  def added_description(self) -> str:
+    """What the tokenizer adds around a text, in words ("<s> (id 1) before each text")."""
+    name = lambda ids: " ".join(f"{self._tok.id_to_token(i)} (id {i})" for i in ids)  # noqa: E731
+    parts = [f"{name(self.prefix_ids)} before"] if self.prefix_ids else []
+    parts += [f"{name(self.suffix_ids)} after"] if self.suffix_ids else []
+    return " and ".join(parts) + " each text (its post-processor, kept)" if parts else \
+        "nothing around a text"
 
   def to_json(self) -> str:
     """The tokenizer.json text."""

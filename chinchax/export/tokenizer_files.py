@@ -20,7 +20,14 @@ is byte b (0–255), and ``<|endoftext|>`` = 256 is EOS — chinchax's own ids.
 ``split_special_tokens: true``, which transformers passes to the same setting).
 EOS is only ever the id the trainer appends after each document.
 
-**tokenizer_config.json** names ``PreTrainedTokenizerFast`` with EOS (= BOS) and
+**BOS.** A tokenizer whose post-processor adds one token before each text (a Llama template,
+``<s> $A``) has that token as its BOS, and chinchax keeps it in training and sampling
+(:mod:`chinchax.data.tokenizers`); the export names it BOS in tokenizer_config.json,
+config.json and generation_config.json. A tokenizer that adds nothing (byte-level, chinchax's
+BPE, GPT-2's) has no BOS of its own: BOS is named as EOS there, GPT-2's convention, and
+nothing is added to a text. export_info.json says which (``tokenizer.added_tokens``).
+
+**tokenizer_config.json** names ``PreTrainedTokenizerFast`` with EOS, BOS and
 ``model_input_names = [input_ids, attention_mask]`` (a Llama takes no
 ``token_type_ids``). ``model_max_length`` is transformers' "no limit" value:
 RoPE has no learned positions, so longer texts run (quality beyond the trained
@@ -61,6 +68,17 @@ class ExportTokenizer:
   eos_id: int
   info: dict
 
+  @property
+  def bos_id(self) -> int:
+    """The BOS id: the token the tokenizer adds before each text, else EOS's."""
+    bos = getattr(self.tokenizer, "bos_id", None)
+    return self.eos_id if bos is None else int(bos)
+
+  @property
+  def bos_token(self) -> str:
+    """The BOS token's text (see :attr:`bos_id`)."""
+    return getattr(self.tokenizer, "bos_token", None) or self.eos_token
+
 
 def _tokenizers():
   try:
@@ -100,10 +118,12 @@ def byte_level_json() -> str:
   return tok.to_str()
 
 
-def tokenizer_config(eos_token: str) -> dict:
-  """tokenizer_config.json for ``transformers.AutoTokenizer`` (see the module docstring)."""
+def tokenizer_config(eos_token: str, bos_token: str | None = None) -> dict:
+  """tokenizer_config.json for ``transformers.AutoTokenizer`` (see the module docstring);
+  ``bos_token`` None = EOS's."""
   return {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos_token,
-          "bos_token": eos_token, "model_input_names": ["input_ids", "attention_mask"],
+          "bos_token": bos_token or eos_token,
+          "model_input_names": ["input_ids", "attention_mask"],
           "model_max_length": NO_MAX_LENGTH, "split_special_tokens": True,
           "clean_up_tokenization_spaces": False}
 
@@ -158,12 +178,9 @@ def find(workdir: pathlib.Path, run: dict, tokenizer_path: str = "") -> ExportTo
           f"--tokenizer {tokenizer_path} is not the tokenizer this run was trained with: its "
           f"sha256 is {tok.digest[:16]}…, the run's (config.json tokenizer_sha256) is "
           f"{want[:16]}…; give the run's tokenizer.json, or leave --tokenizer out")
-    return _hf(tok, tokenizer_path)
+    return for_tokenizer(tok, tokenizer_path)
   if data["tokenizer"] == "bytes":
-    tok = tokenizers_lib.ByteTokenizer()
-    return ExportTokenizer(tok, byte_level_json(), BYTES_EOS, tok.eos_id, {
-        **tok.describe(), "eos_token": BYTES_EOS, "file": "tokenizer.json",
-        "ids": "0-255 = UTF-8 bytes, 256 = <|endoftext|> (EOS)"})
+    return byte_tokenizer()
   tried = _candidates(workdir, run)
   for path in tried:
     if path.is_file():
@@ -172,14 +189,31 @@ def find(workdir: pathlib.Path, run: dict, tokenizer_path: str = "") -> ExportTo
       except tokenizers_lib.TokenizerError:  # damaged, or no EOS: not the run's; try the next
         continue
       if want is None or tok.digest == want:
-        return _hf(tok, str(path))
+        return for_tokenizer(tok, str(path))
   where = ", ".join(str(p) for p in tried) or "no store recorded in its config.json"
   raise ExportError(
       f"the run's {data['tokenizer']} tokenizer (sha256 {(want or '?')[:16]}…) is not found "
       f"(looked in {where}); pass it with --tokenizer PATH")
 
 
-def _hf(tok, origin: str) -> ExportTokenizer:
+def byte_tokenizer() -> ExportTokenizer:
+  """chinchax's byte tokenizer as an export ships it (:func:`byte_level_json`)."""
+  tok = tokenizers_lib.ByteTokenizer()
+  return ExportTokenizer(tok, byte_level_json(), BYTES_EOS, tok.eos_id, {
+        **tok.describe(), "eos_token": BYTES_EOS, "file": "tokenizer.json",
+        "ids": "0-255 = UTF-8 bytes, 256 = <|endoftext|> (EOS)",
+        "added_tokens": "nothing around a text",
+        "bos": f"none of its own: BOS is named as EOS {BYTES_EOS} (id 256), and nothing is "
+               f"added before a text"})
+
+
+def for_tokenizer(tok, origin: str) -> ExportTokenizer:
+  """An ``HFTokenizer`` (loaded from ``origin``) as an export ships it."""
   info = {k: v for k, v in tok.describe().items() if k != "origin"}
+  info["added_tokens"] = tok.added_description()
+  info["bos"] = (f"{tok.bos_token} (id {tok.bos_id}), added before each text"
+                 if tok.bos_id is not None else
+                 f"none of its own: BOS is named as EOS {tok.eos_token} (id {tok.eos_id}), "
+                 f"and nothing is added before a text")
   return ExportTokenizer(tok, tok.to_json(), tok.eos_token, tok.eos_id,
                          {**info, "found_at": origin})

@@ -8,7 +8,8 @@ Writes ``DIR`` (default ``WORKDIR/export``): ``model.safetensors``,
 (source run, step, trained seq_len, the tensor mapping), ``tokenizer.json`` and
 ``tokenizer_config.json``: the run's own tokenizer, found and checked by its sha256,
 or for a byte-level run one built to give chinchax's ids (0–255 = the UTF-8 bytes,
-256 = EOS); see :mod:`chinchax.export.tokenizer_files`. The output directory rules
+256 = EOS); see :mod:`chinchax.export.tokenizer_files` (BOS: the tokenizer's own) and
+:mod:`chinchax.export.generation` (a padded vocabulary's ids in ``suppress_tokens``). The output directory rules
 (``--overwrite`` replaces only an earlier export) are in :mod:`chinchax.export.outdir`.
 
 The architectures match one to one: pre-norm RMSNorm (``x·rsqrt(mean(x²)+eps)·w``),
@@ -45,6 +46,7 @@ from chinchax import console
 from chinchax.model import transformer as model_lib
 from chinchax.storage import diskfull
 from chinchax.storage import paths as paths_lib
+from chinchax.export import generation
 from chinchax.export import llama_table
 from chinchax.export import outdir
 from chinchax.export import tokenizer_files
@@ -118,21 +120,37 @@ def load_params(workdir, step: int | None = None) -> tuple[dict, int]:
   elif step not in steps:
     raise ExportError(f"{str(workdir)!r} has no checkpoint at step {step}; steps: {steps}")
   path = root / str(step) / "default"
-  ckptr = ocp.PyTreeCheckpointer()
-  absl_logger = logging.getLogger("absl")
-  level = absl_logger.level
-  absl_logger.setLevel(logging.ERROR)  # orbax warns that the per-item metadata file is absent
-  try:
-    meta = ckptr.metadata(path)
-  finally:
-    absl_logger.setLevel(level)
-  tree = getattr(meta, "item_metadata", meta)
-  tree = getattr(tree, "tree", tree)
-  item = {"params": tree["params"]}
-  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-  out = ckptr.restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
-                                                        partial_restore=True))
+  with ocp.PyTreeCheckpointer() as ckptr:
+    item = {"params": _tree_metadata(ckptr, path)["params"]}
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+    out = ckptr.restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
+                                                          partial_restore=True))
   return _strip_values(out["params"]), step
+
+
+# checkpoint path, its mtime → orbax's tree metadata; the most recent few. Orbax's metadata read
+# keeps about 0.37 MB per call alive in the process (measured: benchmarks/sample_programs.py), so
+# a process that samples one checkpoint again and again reads it once.
+_TREES: dict = {}
+_MAX_TREES = 8
+
+
+def _tree_metadata(ckptr, path: pathlib.Path):
+  """Orbax's tree metadata of the checkpoint at ``path`` (read once per path and mtime)."""
+  key = (str(path), path.stat().st_mtime_ns)
+  if key not in _TREES:
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)  # orbax warns that the per-item metadata file is absent
+    try:
+      meta = ckptr.metadata(path)
+    finally:
+      absl_logger.setLevel(level)
+    tree = getattr(meta, "item_metadata", meta)
+    while len(_TREES) >= _MAX_TREES:
+      _TREES.pop(next(iter(_TREES)))
+    _TREES[key] = getattr(tree, "tree", tree)
+  return _TREES[key]
 
 
 def pick_trial(params: dict, run: dict, workdir: pathlib.Path, trial: int | None) -> tuple:
@@ -208,8 +226,10 @@ def to_llama(params: dict, cfg) -> dict[str, np.ndarray]:
           for name, hf, e in llama_table.pairs(cfg.n_layers, cfg.tie_embeddings)}
 
 
-def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
-  """HF ``LlamaConfig`` fields for the model (config.json of the export)."""
+def llama_config(cfg, run: dict, eos_id: int | None, dtype: str,
+                 bos_id: int | None = None) -> dict:
+  """HF ``LlamaConfig`` fields for the model (config.json of the export); ``bos_id`` None =
+  ``eos_id``."""
   return {
       "architectures": ["LlamaForCausalLM"],
       "model_type": "llama",
@@ -232,7 +252,7 @@ def llama_config(cfg, run: dict, eos_id: int | None, dtype: str) -> dict:
       "pretraining_tp": 1,
       "tie_word_embeddings": cfg.tie_embeddings,
       "initializer_range": cfg.init_std,
-      "bos_token_id": eos_id,
+      "bos_token_id": eos_id if bos_id is None else bos_id,
       "eos_token_id": eos_id,
       "use_cache": True,
       "torch_dtype": dtype,
@@ -372,19 +392,20 @@ def _export(workdir, out, fmt, step, dtype, tokenizer_path, overwrite, verify, t
   if dtype == "bfloat16":
     import ml_dtypes
     tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
-  hf_config = llama_config(cfg, run, eos_id, dtype)
+  hf_config = llama_config(cfg, run, eos_id, dtype, tok.bos_id)
+  gen_config, padded = generation.generation_config(tok, cfg.vocab_size)
 
   def fill(tmp: pathlib.Path) -> None:
     st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id}, indent=2))
+    (tmp / "generation_config.json").write_text(json.dumps(gen_config, indent=2))
     (tmp / "tokenizer.json").write_text(tok.json_text)
     (tmp / "tokenizer_config.json").write_text(json.dumps(
-        tokenizer_files.tokenizer_config(tok.eos_token), indent=2))
+        tokenizer_files.tokenizer_config(tok.eos_token, tok.bos_token), indent=2))
     info = {"workdir": str(workdir), "step": step, "trial": trial, "format": fmt, "dtype": dtype,
             "trained_seq_len": run["config"]["train"]["seq_len"],
-            "tokenizer": tok.info, "architecture": "LlamaForCausalLM",
+            "tokenizer": tok.info, "generate": padded or "every row is a tokenizer id",
+            "architecture": "LlamaForCausalLM",
             "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
     (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
 
@@ -397,6 +418,8 @@ def _export(workdir, out, fmt, step, dtype, tokenizer_path, overwrite, verify, t
     raise diskfull.disk_full(f"writing the export of step {step}", local,
                              sum(v.nbytes for v in tensors.values()),
                              then=f"{out} is as it was") from None
+  if padded:
+    console.say(f"padded vocabulary: {padded}")
   if verify:
     tokens = (np.arange(2 * 16).reshape(2, 16) * 7919) % cfg.vocab_size
     ref = chinchax_logits(params, cfg, tokens)

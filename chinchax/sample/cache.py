@@ -95,7 +95,7 @@ def _layer(block, x_BTD, k_BSGK, v_BSGK, pos, sin_TK2, cos_TK2, mask_BTS):
 
 
 def forward(model: model_lib.Transformer, tokens_BT: jax.Array, cache: KVCache,
-            pos) -> tuple[jax.Array, KVCache]:
+            pos, n_valid=None) -> tuple[jax.Array, KVCache]:
   """Runs T new tokens at positions pos … pos + T − 1 through the model over the cache.
 
   Args:
@@ -103,6 +103,11 @@ def forward(model: model_lib.Transformer, tokens_BT: jax.Array, cache: KVCache,
     tokens_BT: int32 [B, T] the new tokens.
     cache: the cache after positions 0 … pos − 1 (:func:`init_cache` at pos 0).
     pos: int (traced or not) position of the first new token; pos + T ≤ S.
+    n_valid: int (traced or not) ≤ T: only the first n_valid tokens are real, the rest padding
+      (a prompt padded to a bucket's length); None = all T. Padding changes no real position's
+      logits (it comes later, and causal attention never reads it), is not counted as a
+      document's EOS, and its cache entries are overwritten by the decode steps that follow
+      before any position attends to them.
   Returns:
     (float32 logits [B, T, V] of the new positions, the cache with them written).
     Equal to ``model(tokens)`` at those positions, up to float rounding.
@@ -122,6 +127,8 @@ def forward(model: model_lib.Transformer, tokens_BT: jax.Array, cache: KVCache,
   if cfg.document_mask:
     # A position's document = the EOS tokens before it (model.document_ids): an EOS ends its own.
     is_eos_BT = (tokens_BT == cfg.eos_id).astype(jnp.int32)
+    if n_valid is not None:
+      is_eos_BT = is_eos_BT * (jnp.arange(T) < n_valid).astype(jnp.int32)[None]
     doc_BT = docs_B[:, None] + jnp.cumsum(is_eos_BT, axis=1) - is_eos_BT
     doc_BS = jax.lax.dynamic_update_slice(doc_BS, doc_BT, (0, pos))
     docs_B = docs_B + is_eos_BT.sum(axis=1)

@@ -9,10 +9,20 @@ Both choose token i with the key ``fold_in(PRNGKey(seed), i)``, so with the same
 draw the same tokens wherever their logits agree.
 
 The loop stops when every sequence has produced EOS (``stop_at_eos``) or after N tokens.
+
+**A handful of programs per process.** The prompt is padded to a bucket, the smallest of
+:data:`MIN_BUCKET` · 2^k that holds it (at most S), and the prefill reads the logits of the
+last real position; the decode loop takes P and N as values, not shapes, and writes into an
+[B, S] buffer. So with the cache one process compiles one prefill per bucket (16, 32, 64, …:
+log2(S/16) + 1 of them) and one decode loop per (B, S, sampling rule), whatever the prompt
+lengths; ``benchmarks/sample_programs.py`` counts them over many calls. The compiled programs
+are kept in a least-recently-used table of :data:`MAX_PROGRAMS` entries (the uncached
+reference path still compiles per prompt length and N).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import time
@@ -37,6 +47,7 @@ class Generation:
       generation stopped there.
     stopped_at_eos: per sequence, whether it ended with EOS.
     compile_s: seconds compiling prefill and decode (both XLA programs).
+    compiled: programs compiled by this call (0 when both were compiled before).
     prefill_s: seconds running the prompt (with the cache; 0 without).
     decode_s: seconds of the decode loop.
   """
@@ -45,6 +56,7 @@ class Generation:
   compile_s: float
   prefill_s: float
   decode_s: float
+  compiled: int = 0
 
   @property
   def new_tokens(self) -> int:
@@ -57,18 +69,34 @@ class Generation:
     return self.new_tokens / max(self.prefill_s + self.decode_s, 1e-12)
 
 
-def _prefill(graphdef, state, prompt_BP, positions: int):
+MIN_BUCKET = 16   # the shortest padded prompt; buckets double from here up to S
+MAX_PROGRAMS = 32  # compiled programs kept per process (least recently used dropped first)
+
+
+def bucket(P: int, S: int) -> int:
+  """The padded prompt length for a prompt of P tokens over a cache of S positions: the smallest
+  MIN_BUCKET · 2^k ≥ P, at most S (P ≤ S)."""
+  Q = MIN_BUCKET
+  while Q < P:
+    Q *= 2
+  return min(Q, S)
+
+
+def _prefill(graphdef, state, prompt_BQ, n_prompt, positions: int):
+  """The prompt (padded to Q ≥ n_prompt tokens) into a new cache; logits after its last real
+  token [B, V]."""
   model = nnx.merge(graphdef, state)
-  kv = cache_lib.init_cache(model, prompt_BP.shape[0], positions)
-  logits_BPV, kv = cache_lib.forward(model, prompt_BP, kv, 0)
-  return logits_BPV[:, -1], kv
+  kv = cache_lib.init_cache(model, prompt_BQ.shape[0], positions)
+  logits_BQV, kv = cache_lib.forward(model, prompt_BQ, kv, 0, n_valid=n_prompt)
+  return jax.lax.dynamic_index_in_dim(logits_BQV, n_prompt - 1, axis=1, keepdims=False), kv
 
 
-def _loop(first_logits_BV, key, max_new: int, rule, eos_id: int, stop: bool, next_logits,
-          params, carry_state):
+def _loop(first_logits_BV, key, max_new, n_buf: int, rule, eos_id: int, stop: bool,
+          next_logits, params, carry_state):
   """The decode loop shared by both paths: ``next_logits(model, carry_state, tok_B, i)`` →
   (logits_BV of the token after ``tok_B``, new carry_state). The parameters ride in the loop's
-  carry, so the model is made inside the loop's trace (as ``nnx.scan`` asks)."""
+  carry, so the model is made inside the loop's trace (as ``nnx.scan`` asks). ``max_new`` (N,
+  a value, traced or not) tokens at most go into an int32 [B, n_buf] buffer (n_buf ≥ N)."""
   B = first_logits_BV.shape[0]
   pad = max(eos_id, 0)
 
@@ -86,17 +114,20 @@ def _loop(first_logits_BV, key, max_new: int, rule, eos_id: int, stop: bool, nex
     logits_BV, state = next_logits(params, state, tok_B, i)
     return i + 1, logits_BV, params, state, out_BN, done_B
 
-  init = (jnp.int32(0), first_logits_BV, params, carry_state, jnp.full((B, max_new), pad, jnp.int32),
+  init = (jnp.int32(0), first_logits_BV, params, carry_state, jnp.full((B, n_buf), pad, jnp.int32),
           jnp.zeros((B,), bool))
   return jax.lax.while_loop(cond, body, init)[4]
 
 
-def _decode_cached(graphdef, state, logits_BV, kv, key, *, P, max_new, rule, eos_id, stop):
+def _decode_cached(graphdef, state, logits_BV, kv, key, P, max_new, *, rule, eos_id, stop):
+  """The decode loop over the cache: P (prompt tokens) and max_new are values, so one program
+  serves every prompt length; the buffer has the cache's S columns."""
   def next_logits(params, kv, tok_B, i):
     logits_B1V, kv = cache_lib.forward(nnx.merge(graphdef, params), tok_B[:, None], kv, P + i)
     return logits_B1V[:, 0], kv
 
-  return _loop(logits_BV, key, max_new, rule, eos_id, stop, next_logits, state, kv)
+  n_buf = kv.k_LBSGK.shape[2]
+  return _loop(logits_BV, key, max_new, n_buf, rule, eos_id, stop, next_logits, state, kv)
 
 
 def _decode_uncached(graphdef, state, prompt_BP, key, *, max_new, rule, eos_id, stop):
@@ -109,21 +140,24 @@ def _decode_uncached(graphdef, state, prompt_BP, key, *, max_new, rule, eos_id, 
     return jax.lax.dynamic_index_in_dim(logits_BLV, P + i, axis=1, keepdims=False), window_BL
 
   first_BV = nnx.merge(graphdef, state)(window_BL)[:, P - 1]
-  return _loop(first_BV, key, max_new, rule, eos_id, stop, next_logits, state, window_BL)
+  return _loop(first_BV, key, max_new, max_new, rule, eos_id, stop, next_logits, state,
+               window_BL)
 
 
-_COMPILED: dict = {}  # (fn, static arguments, graphdef, argument shapes) → compiled program
+# (fn, static arguments, graphdef, argument shapes) → compiled program, least recently used first.
+_COMPILED: collections.OrderedDict = collections.OrderedDict()
 
 
 def _compiled(fn, graphdef, *args, **static):
   """``fn(graphdef, *args, **static)`` jitted and compiled for ``args``' shapes (kept for
-  later calls alike); (compiled, seconds spent compiling now)."""
-  shapes = jax.tree.map(lambda a: (a.shape, str(a.dtype)), args)
+  later calls alike, :data:`MAX_PROGRAMS` at most); (compiled, seconds spent compiling now)."""
+  shapes = jax.tree.map(lambda a: (jnp.shape(a), str(jnp.result_type(a))), args)
   key = (fn, tuple(sorted(static.items())), graphdef, jax.tree.structure(args), str(shapes))
   if key in _COMPILED:
+    _COMPILED.move_to_end(key)
     return _COMPILED[key], 0.0
-  if len(_COMPILED) >= 16:
-    _COMPILED.clear()
+  while len(_COMPILED) >= MAX_PROGRAMS:
+    _COMPILED.popitem(last=False)
   t0 = time.perf_counter()
   jitted = jax.jit(functools.partial(fn, **static), static_argnums=0)
   _COMPILED[key] = jitted.lower(graphdef, *args).compile()
@@ -151,7 +185,7 @@ def generate(model: model_lib.Transformer, prompt_BP, *, max_new_tokens: int,
   Raises:
     SampleError: P < 1, N < 1, or P + N > S.
   """
-  prompt_BP = jnp.asarray(prompt_BP, jnp.int32)
+  prompt_BP = np.asarray(prompt_BP, np.int32)  # numpy: a device conversion would compile per shape
   B, P = prompt_BP.shape
   S = positions or P + max_new_tokens
   if P < 1 or max_new_tokens < 1 or P + max_new_tokens > S:
@@ -159,22 +193,26 @@ def generate(model: model_lib.Transformer, prompt_BP, *, max_new_tokens: int,
         f"a prompt of {P} tokens and max_new_tokens={max_new_tokens} need P ≥ 1, N ≥ 1 and "
         f"P + N ≤ {S} positions")
   graphdef, state = nnx.split(model)
-  key = jax.random.PRNGKey(seed)
-  loop = dict(max_new=max_new_tokens, rule=rule, eos_id=eos_id, stop=stop_at_eos)
+  key = np.asarray(jax.random.PRNGKey(seed))
+  loop = dict(rule=rule, eos_id=eos_id, stop=stop_at_eos)
   prefill_s = 0.0
   if use_cache:
-    prefill, c1 = _compiled(_prefill, graphdef, state, prompt_BP, positions=S)
+    Q = bucket(P, S)
+    prompt_BQ = np.zeros((B, Q), np.int32)
+    prompt_BQ[:, :P] = np.asarray(prompt_BP)
+    n_prompt = np.int32(P)
+    prefill, c1 = _compiled(_prefill, graphdef, state, prompt_BQ, n_prompt, positions=S)
     t0 = time.perf_counter()
-    logits_BV, kv = jax.block_until_ready(prefill(state, prompt_BP))
+    logits_BV, kv = jax.block_until_ready(prefill(state, prompt_BQ, n_prompt))
     prefill_s = time.perf_counter() - t0
-    decode, c2 = _compiled(_decode_cached, graphdef, state, logits_BV, kv, key, P=P, **loop)
-    args = (state, logits_BV, kv, key)
+    args = (state, logits_BV, kv, key, n_prompt, np.int32(max_new_tokens))
+    decode, c2 = _compiled(_decode_cached, graphdef, *args, **loop)
   else:
     c1 = 0.0
-    decode, c2 = _compiled(_decode_uncached, graphdef, state, prompt_BP, key, **loop)
     args = (state, prompt_BP, key)
+    decode, c2 = _compiled(_decode_uncached, graphdef, *args, max_new=max_new_tokens, **loop)
   t0 = time.perf_counter()
-  out_BN = np.asarray(jax.block_until_ready(decode(*args)))
+  out_BN = np.asarray(jax.block_until_ready(decode(*args)))[:, :max_new_tokens]
   decode_s = time.perf_counter() - t0
   tokens, stopped = [], []
   for row in out_BN:
@@ -182,4 +220,4 @@ def generate(model: model_lib.Transformer, prompt_BP, *, max_new_tokens: int,
     n = int(hits[0]) + 1 if len(hits) else len(row)
     tokens.append(row[:n])
     stopped.append(bool(len(hits)))
-  return Generation(tokens, stopped, c1 + c2, prefill_s, decode_s)
+  return Generation(tokens, stopped, c1 + c2, prefill_s, decode_s, int(c1 > 0) + int(c2 > 0))

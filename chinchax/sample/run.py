@@ -59,6 +59,7 @@ class Result:
   prompt_tokens: int
   step: int
   trial: int | None
+  added: str = ""  # the tokens the tokenizer adds to the prompt ("<s> (id 1) before"); "" = none
 
 
 def tokenizer_of(workdir: pathlib.Path, run: dict, tokenizer_path: str = ""):
@@ -97,9 +98,11 @@ def prompt_ids(tok, text: str, seq_len: int, max_new_tokens: int | None) -> tupl
   Raises:
     SampleError: the prompt leaves no room (P ≥ seq_len), or P + N > seq_len.
   """
-  ids = np.asarray(tok.encode(text.encode("utf-8")), np.int32)
+  # The tokenizer's own encoding: with the tokens its post-processor adds (a Llama BOS), as
+  # AutoTokenizer gives them; an empty prompt starts a document (its BOS, else EOS).
+  ids = np.asarray(tok.encode_prompt(text.encode("utf-8")), np.int32)
   if ids.size == 0:
-    ids = np.array([tok.eos_id], np.int32)  # an empty prompt starts a document
+    ids = np.array([tok.eos_id], np.int32)
   P = int(ids.size)
   if max_new_tokens is None:
     if P >= seq_len:
@@ -178,4 +181,6 @@ def sample(workdir, req: Request) -> Result:
                               eos_id=tok.eos_id, use_cache=req.use_cache, positions=seq_len)
   texts = [tok.decode(np.concatenate([ids, new])).decode("utf-8", errors="replace")
            for new in gen.tokens]
-  return Result(texts, gen, int(ids.size), step, trial)
+  pre, suf = getattr(tok, "prefix_ids", ()), getattr(tok, "suffix_ids", ())
+  added = tok.added_description().split(" each text")[0] if pre or suf else ""
+  return Result(texts, gen, int(ids.size), step, trial, added)
