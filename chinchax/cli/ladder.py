@@ -98,7 +98,8 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
       isotime_fit.fit_isotime(table, out, flop_shape=shape, log=console.say, warn=console.warn)
     else:
       console.say(f"ladder  fitting Approaches 1–3 ({lc.bootstrap} bootstrap resamples, "
-                  f"~{ladder_lib.duration(ladder_lib.fit_seconds(lc))}); its lines go to "
+                  f"~{ladder_lib.duration(ladder_lib.fit_seconds(lc, len(ladder_lib.ResultsTable(table).rows)))}); "
+                  f"its lines go to "
                   f"{out / 'fit.log'}")
       with _FitLog(out / "fit.log") as log:
         fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=log,
@@ -213,8 +214,8 @@ def main(argv: list[str]) -> int:
   if not lc.worker and lc.fit and not ladder_lib.is_local_worker():
     plan = ladder_lib.prepare(config, worker_devices, check_data=False, write=False)
     if ladder_lib.fit_settled(plan):  # nothing to train or fit: the answer again, at once
-      console.say(f"ladder  {len(plan.runs)} runs, their fit and validation are done in "
-                  f"{plan.workdir} (a new workdir or another grid starts a new ladder)")
+      console.say(f"ladder  done before: {len(plan.runs)} runs, their fit and validation in "
+                  f"{plan.workdir}")
       _closing_block(config)
       return 0
   if local_workers:

@@ -1,6 +1,6 @@
 """The ladder's closing block: what its fit says, in a few lines, read back from ``fit.json``.
 
-    ladder  answer of 25 runs ([…]: 95% bootstrap interval; fit.json)
+    ladder  answer of 25 runs (fit.json; […]: 95% bootstrap interval)
             N_opt ∝ C^a: a = 0.512 [0.47, 0.55] (Approach 3; Approach 1 0.50, 2 0.53)
             D_opt ∝ C^b: b = 0.488 [0.45, 0.53]; 10× compute → 3.25× N, 3.08× D
             at C = 8e+11 (the largest budget): N_opt = 152,000, D_opt = 877,000, D/N = 5.8
@@ -37,8 +37,9 @@ def _clip(line: str) -> str:
 
 
 def closing_lines(fit_dir: pathlib.Path, c_max: float | None = None) -> list[str]:
-  """The closing block of the fit in ``fit_dir`` (module doc), each line at most
-  :data:`WIDTH` characters; ``c_max`` is the ladder's largest budget (default: the fit's).
+  """The closing block of the fit in ``fit_dir`` (module doc); ``c_max`` is the ladder's largest
+  budget (default: the fit's). A line is at most :data:`WIDTH` characters unless it holds a
+  path (the report, the next command: never cut).
 
   Returns [] when ``fit_dir/fit.json`` cannot be read (no fit was written).
   """
@@ -50,8 +51,8 @@ def closing_lines(fit_dir: pathlib.Path, c_max: float | None = None) -> list[str
   inp = data.get("input") or {}
   key = str(data.get("law_from") or "").replace("approach", "") or None
   sec = data.get(f"approach{key}") or {} if key else {}
-  lines = [f"ladder  answer of {inp.get('n_runs', '?')} runs ([…]: 95% bootstrap interval; "
-           f"{fit_dir / 'fit.json'})"]
+  lines = [f"ladder  answer of {inp.get('n_runs', '?')} runs (fit.json; […]: 95% bootstrap "
+           f"interval)"]
   a, b = data.get("a", sec.get("a")), data.get("b", sec.get("b"))
   if a is None:  # an IsoTime fit or one with no allocation law
     a_keys = [k for k in ("1", "2", "3") if (data.get(f"approach{k}") or {}).get("a") is not None]
@@ -89,12 +90,12 @@ def closing_lines(fit_dir: pathlib.Path, c_max: float | None = None) -> list[str
   warnings = data.get("warnings") or []
   if warnings:
     w = warnings[0]
-    lines.append(f"        {len(warnings)} warning(s) in fit.md, first: approach "
-                 f"{w.get('approach')}: {w.get('message')}")
+    lines.append(_clip(f"        {len(warnings)} warning(s) in fit.md, first: approach "
+                       f"{w.get('approach')}: {w.get('message')}"))
   figures = sorted(p.stem for p in fit_dir.glob("*.png"))
   lines.append(f"        report {fit_dir / 'fit.md'}")
   if figures:
     lines.append(f"        figures {', '.join(figures)} (.png, .svg) beside it")
   if c_top:
     lines.append(f"        next: chinchax plan --flops {10 * c_top:.0e} --law {fit_dir / 'fit.json'}")
-  return [_clip(line) for line in lines]
+  return lines

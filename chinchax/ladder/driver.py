@@ -72,12 +72,12 @@ def describe(plan: worker_lib.LadderPlan, full: bool = False) -> None:
               f"{len(plan.runs) // max(len(budgets), 1)} sizes (N = {min(sizes):,} … "
               f"{max(sizes):,}); {n_done} already done")
   rule = (f"n_layers {lc.depths}, steps from a step-time probe" if timed
-          else "'ladder' shapes")
+          else "shapes 'ladder'")
   then = []
   if lc.fit:
-    then.append("fit Approaches 1–3" if not timed else "fit L(N, time)")
+    then.append("fit" if not timed else "fit L(N, time)")
     if lc.validate:
-      then.append(f"validate at {lc.validate_factor:g} × the largest budget")
+      then.append(f"a validation run at {lc.validate_factor:g} × the largest budget")
   tuned = (f"; {lc.lr_trials} LR(s) × {lc.seeds} seed(s) per run" if tuning.tuned(lc) else "")
   console.say(f"        {rule}, hparams {lc.hparams!r}, init "
               f"{plan.config.train_config.model.init!r}{tuned}"
@@ -111,7 +111,7 @@ def sparse_curve_line(plan: worker_lib.LadderPlan) -> str | None:
   if k >= MIN_CURVE_POINTS:
     return None
   r = plan.runs[fewest]
-  return (f"run {r.run_id} records {k} curve eval(s): Approach 1's envelope covers few FLOP "
+  return (f"run {r.run_id} records only {k} curve eval(s): Approach 1's envelope covers few FLOP "
           f"values; lower train_config.train.eval_points_from={t.eval_points_from}")
 
 

@@ -66,13 +66,19 @@ class RunTimeModel:
     return cls(0.0, float(C.sum() / t.sum()))
 
 
-FIT_SECONDS_PER_RESAMPLE = 0.3  # the default ladder's fit on 2 loaded cores: ~60 s for 200
-FIT_SECONDS_BASE = 5.0          # loading the table, the figures, the report
+# The fit's wall time, roughly: loading, figures and report; each bootstrap resample; Approach 3's
+# 4500 L-BFGS starts per run of the table (the default ladder's fit: ~1 min on 2 idle cores).
+FIT_SECONDS_BASE = 10.0
+FIT_SECONDS_PER_RESAMPLE = 0.25
+FIT_SECONDS_PER_RUN = 0.5
 
 
-def fit_seconds(lc) -> float:
-  """Rough wall seconds of the ladder's fit: Approach 3's starts and the bootstrap dominate."""
-  return FIT_SECONDS_BASE + FIT_SECONDS_PER_RESAMPLE * max(int(lc.bootstrap), 0) if lc.fit else 0.0
+def fit_seconds(lc, n_runs: int = 25) -> float:
+  """Rough wall seconds of the ladder's fit of ``n_runs`` runs (0 without ``ladder.fit``)."""
+  if not lc.fit:
+    return 0.0
+  return (FIT_SECONDS_BASE + FIT_SECONDS_PER_RESAMPLE * max(int(lc.bootstrap), 0)
+          + FIT_SECONDS_PER_RUN * n_runs)
 
 
 def remaining_seconds(plan, rows: dict, workers: int = 1) -> dict | None:
@@ -89,10 +95,11 @@ def remaining_seconds(plan, rows: dict, workers: int = 1) -> dict | None:
   validated = any(r.get("role") == "validation" and r.get("status") == "done"
                   for r in rows.values())
   if lc.fit and lc.validate and not validated and lc.budget_kind != "seconds":
-    val = model.seconds(lc.validate_factor * lc.c_max)
+    # trained alone, on one device per worker's core: about `workers` times a grid run's pace
+    val = model.seconds(lc.validate_factor * lc.c_max) / max(workers, 1)
   elif lc.fit and lc.validate and not validated:
     val = lc.validate_factor * lc.t_max
-  return {"runs": runs, "fit": fit_seconds(lc), "validation": val}
+  return {"runs": runs, "fit": fit_seconds(lc, len(plan.runs)), "validation": val}
 
 
 def eta_text(parts: dict | None) -> str:
