@@ -109,3 +109,21 @@ def test_a_finished_ladder_rerun_prints_its_answer_and_trains_nothing(tmp_path, 
   assert "ladder  answer of" in out and "next: chinchax plan --flops 6e+09" in out
   assert not (plan.workdir / "runs").exists()  # nothing trained
   assert not (plan.workdir / "fit" / "fit.log").exists()  # nothing fitted
+
+
+def test_a_planned_config_carries_its_prediction_to_train(tmp_path):
+  import subprocess
+  import sys
+  from chinchax.cli import flags, train
+  path = tmp_path / "planned.py"
+  subprocess.run([sys.executable, "-m", "chinchax.cli", "plan", "--flops", "2e10", "--law",
+                  str(GOLDEN_FIT), "--write-config", str(path)], check=True, capture_output=True)
+  planned = flags.planned_of(["--config", str(path)])
+  from chinchax.laws import parametric as laws
+  law = laws.law_from_dict(json.loads(GOLDEN_FIT.read_text()))
+  assert math.isclose(planned["predicted_loss"], law.loss(planned["N"], planned["D"]), rel_tol=1e-5)
+  line = train.plan_line(planned, {"final_eval_loss": 2.0, "final_eval_loss_se": 0.01}, [])
+  rel = 100 * (2.0 - planned["predicted_loss"]) / planned["predicted_loss"]
+  assert line == (f"plan    predicted {planned['predicted_loss']:.4f} (law old_fit), measured "
+                  f"2.0000 ± 0.0100 nats/token ({rel:+.2f}%)")
+  assert flags.planned_of([f"--config={REPO}/configs/train.py:tiny"]) is None

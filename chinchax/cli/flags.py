@@ -43,6 +43,25 @@ def _config_arg(argv: list[str]) -> str | None:
   return None
 
 
+def planned_of(argv: list[str]) -> dict | None:
+  """The ``PLANNED`` dict of the ``--config`` file in ``argv`` (a config written by ``chinchax
+  plan --write-config``: law, N, D, C, predicted_loss), read without running the file; None for
+  any other config."""
+  given = _config_arg(argv)
+  path = pathlib.Path((given or "").partition(":")[0])
+  if not given or not path.is_file():
+    return None
+  try:
+    for node in ast.parse(path.read_text()).body:
+      if (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and getattr(node.targets[0], "id", None) == "PLANNED"):
+        value = ast.literal_eval(node.value)
+        return value if isinstance(value, dict) else None
+  except (OSError, SyntaxError, ValueError):
+    return None
+  return None
+
+
 def _load_variant(path: pathlib.Path, variant: str):
   """``get_config(variant)`` of the config file at ``path`` (a fresh module each call)."""
   spec = importlib.util.spec_from_file_location(f"_chinchax_help_{path.stem}", path)
