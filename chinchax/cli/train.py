@@ -62,8 +62,15 @@ def main(argv: list[str]) -> int:
             else distributed_lib.PREEMPTED_EXIT_CODE)
   planned = flags_lib.planned_of(argv)
   if planned and jax.process_index() == 0:
-    print(plan_line(planned, summary, [a for a in argv if a.startswith("--config.")]))
+    print(plan_line(planned, summary, [a for a in argv if a.startswith("--config.")
+                                       and not a.startswith(_NEUTRAL_KNOBS)]))
   return 0
+
+
+# Knobs that change where or how a run is logged, not what it trains: no bearing on the prediction.
+_NEUTRAL_KNOBS = ("--config.workdir", "--config.compile_cache_dir", "--config.mesh.",
+                  "--config.train.progress", "--config.train.checkpoint", "--config.train.log",
+                  "--config.train.wandb", "--config.distributed.")
 
 
 def plan_line(planned: dict, summary: dict, overrides: list[str]) -> str:
