@@ -18,7 +18,6 @@ import shutil
 import tempfile
 
 from chinchax import console
-from chinchax.export import writer as export_lib
 from chinchax.storage import paths as paths_lib
 from chinchax.cli import helptext
 
@@ -53,6 +52,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0
+  global export_lib
+  from chinchax.export import writer as export_lib  # here: --help imports no JAX (tests/test_imports.py)
   if paths_lib.is_url(args.out):
     return _export_to_url(args)
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
