@@ -26,7 +26,6 @@ import importlib.metadata
 import importlib.util
 import io
 import sys
-import textwrap
 
 from chinchax import console
 from chinchax.storage import diskfull
@@ -79,26 +78,8 @@ def _verb_help(verb: str, rest: list[str]) -> int:
   text = helptext.plain(out.getvalue().rstrip())
   if "example" not in text.lower():
     text += "\n\n" + helptext.example(doc)
-  print(_fit_width(text.rstrip()))
+  print(helptext.fit_width(text.rstrip()))
   return status
-
-
-HELP_WIDTH = 100  # columns of a verb's help
-
-
-def _fit_width(text: str) -> str:
-  """``text`` with each line over :data:`HELP_WIDTH` columns wrapped below itself, indented as
-  it was plus two (a command line in an example is left whole: it must stay copyable)."""
-  out = []
-  for line in text.splitlines():
-    stripped = line.lstrip()
-    if len(line) <= HELP_WIDTH or stripped.startswith(("chinchax ", "$ ", "python ")):
-      out.append(line)
-      continue
-    indent = " " * (len(line) - len(stripped))
-    out += textwrap.wrap(stripped, HELP_WIDTH, initial_indent=indent,
-                         subsequent_indent=indent + "  ", break_on_hyphens=False)
-  return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

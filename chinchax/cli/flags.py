@@ -150,7 +150,7 @@ def _help_text(verb: str, default: pathlib.Path, argv: list[str]) -> str:
                + (f" that {verb} reads ({', '.join(p + '*' for p in prefixes)})" if prefixes
                   else "") + ", each with its default (comments: chinchax/config/defaults.py):")
   kind = {"ladder": "ladder", "bench": "bench"}.get(verb, "train")
-  return "\n".join(lines + knob_lines(config, kind, prefixes))
+  return helptext.fit_width("\n".join(lines + knob_lines(config, kind, prefixes)))
 
 
 def _check_config_file_exists(argv: list[str], default: pathlib.Path) -> None:
