@@ -77,7 +77,7 @@ def describe(plan: worker_lib.LadderPlan, full: bool = False) -> None:
   if lc.fit:
     then.append("fit" if not timed else "fit L(N, time)")
     if lc.validate:
-      then.append(f"a validation run at {lc.validate_factor:g} × the largest budget")
+      then.append(f"validate at {lc.validate_factor:g} × C_max")
   tuned = (f"; {lc.lr_trials} LR(s) × {lc.seeds} seed(s) per run" if tuning.tuned(lc) else "")
   console.say(f"        {rule}, hparams {lc.hparams!r}, init "
               f"{plan.config.train_config.model.init!r}{tuned}"
