@@ -52,7 +52,8 @@ ANALYSIS_LAYERS = (
      "analysis.validation"),
     ("analysis.isoflop",),
     ("analysis.repeat",),
-    ("analysis.report", "analysis.plots", "analysis.pipeline", "analysis.tuning"),
+    ("analysis.report", "analysis.figures", "analysis.plots", "analysis.pipeline",
+     "analysis.tuning"),
     ("analysis.isotime",),
 )
 CORE = tuple(p for layer in CORE_LAYERS for p in layer)
