@@ -2,7 +2,7 @@
 
 Example:
   chinchax train --config configs/train.py:tiny --config.workdir=runs/tiny
-  chinchax train --config.data.source=files --config.data.paths='corpus/*.txt'
+  chinchax train --config.data.source=files --config.data.paths='corpus/*.txt' --config.workdir=runs/mine
 """
 
 from __future__ import annotations
