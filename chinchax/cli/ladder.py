@@ -153,8 +153,13 @@ class _FitLog:
 def _closing_block(config) -> None:
   """Prints the ladder's answer (:func:`chinchax.ladder.closing_lines`) when its fit exists."""
   lc = config.ladder
-  for line in ladder_lib.closing_lines(paths_lib.as_path(config.workdir) / "fit",
-                                       None if lc.budget_kind == "seconds" else lc.c_max):
+  fit_dir = paths_lib.as_path(config.workdir) / "fit"
+  try:
+    lines = ladder_lib.closing_lines(fit_dir, None if lc.budget_kind == "seconds" else lc.c_max)
+  except (KeyError, TypeError, ValueError) as e:  # a fit.json of another layout: the files stand
+    lines = [f"ladder  the fit is in {fit_dir} (fit.md, fit.json; no summary: "
+             f"{type(e).__name__}: {e})"]
+  for line in lines:
     console.say(line)
 
 
