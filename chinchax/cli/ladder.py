@@ -97,10 +97,10 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
       shape = fit_cli.ladder_flop_shape(plan.vocab, config.train_config.train.seq_len)
       isotime_fit.fit_isotime(table, out, flop_shape=shape, log=console.say, warn=console.warn)
     else:
+      n_runs = len(ladder_lib.ResultsTable(table).rows)
       console.say(f"ladder  fitting Approaches 1–3 ({lc.bootstrap} bootstrap resamples, "
-                  f"~{ladder_lib.duration(ladder_lib.fit_seconds(lc, len(ladder_lib.ResultsTable(table).rows)))}); "
-                  f"its lines go to "
-                  f"{out / 'fit.log'}")
+                  f"~{ladder_lib.duration(ladder_lib.fit_seconds(lc, n_runs))}); "
+                  f"its lines: fit/fit.log")
       with _FitLog(out / "fit.log") as log:
         fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=log,
                                  warn=lambda m: log(f"warning: {m}"), grid=lc.fit_grid or None)
