@@ -16,6 +16,7 @@ import numpy as np
 from chinchax.laws import parametric as laws
 from chinchax.storage import paths as paths_lib
 from analysis.repeat import fit as fit_repeat_lib
+from analysis import figures as figures_lib
 from analysis import plots
 from analysis.repeat import report as repeat_report
 from analysis import report as reportlib
@@ -145,6 +146,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded once everything is written
     figure_paths = plots.make_figures(report, local_out, compare_laws) if figures else []
     json_path, md_path = reportlib.write_report(report, local_out, compare_laws, figure_paths)
+    if figures:  # drawn from fit.json, as add_validation redraws it
+      figure_paths += _validation_figure(json_path, report.runs, local_out)
     v = _validation_of(json_path)
   if paths_lib.is_url(out):
     json_path, md_path = (f"{out.rstrip('/')}/{os.path.basename(p)}" for p in (json_path, md_path))
@@ -204,6 +207,19 @@ def _repeat_validation_line(v: dict) -> str:
           f"predicted {preds}")
 
 
+def _validation_figure(json_path: str, runs, out_dir: str) -> list[str]:
+  """Draws ``validation.png`` (:func:`analysis.figures.plot_validation`) from ``json_path`` and
+  lists it among the report's figures; returns its paths."""
+  with open(json_path) as f:
+    data = json.load(f)
+  paths = figures_lib.plot_validation(data, runs, out_dir)
+  names = [os.path.basename(p) for p in paths]
+  if names and not set(names) <= set(data.get("figures") or []):
+    data["figures"] = sorted(set(data.get("figures") or []) | set(names))
+    reportlib.write_json_and_markdown(data, out_dir)
+  return paths
+
+
 def _validation_of(json_path: str) -> dict | None:
   with open(json_path) as f:
     return json.load(f).get("validation")
@@ -253,7 +269,9 @@ def add_validation(results_path: str | os.PathLike, out_dir: str | os.PathLike |
       for v in rep["validation"]:
         log(_repeat_validation_line(v))
   with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded when written
-    reportlib.write_json_and_markdown(data, local_out)
+    json_local, _ = reportlib.write_json_and_markdown(data, local_out)
+    if data.get("figures"):  # the fit drew figures: the validation run joins its own
+      _validation_figure(json_local, runs, local_out)
   v = data["validation"]
   if log is not None and v["rel_error"] is not None:
     repeated = isinstance(rep, dict) and rep.get("status") == "ok"

@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from chinchax.laws import parametric as laws
+from analysis import figures as figures_lib
 from analysis.isoflop.approach3 import THETA_NAMES, huber_objective  # noqa: E402
 from analysis.isoflop.fit import FitReport  # noqa: E402
 from analysis.repeat import report as repeat_report
@@ -38,6 +39,14 @@ _PUBLISHED_STYLES = ("--", ":", "-.", (0, (5, 2, 1, 2)), (0, (1, 3)))
 
 
 _save = repeat_report.save_figure
+
+
+def _log_x(ax) -> None:
+  """A log x axis labelled at 1, 2 and 5 × each decade only, as ``2e+04`` (no overprinting)."""
+  ax.set_xscale("log")
+  ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:.0e}"))
+  ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def _budget_colors(budgets: np.ndarray):
@@ -58,8 +67,9 @@ def plot_isoflop(report: FitReport, out_dir: str) -> list[str]:
     for p in a2.budgets:
       sel = runs.budget == p.C
       col = colors[float(p.C)]
-      ax.scatter(runs.N[sel], runs.loss[sel], color=col, s=18, zorder=3,
-                 label=f"C = {p.C:.2g}")
+      se = None if runs.loss_se is None else np.nan_to_num(runs.loss_se[sel], nan=0.0)
+      ax.errorbar(runs.N[sel], runs.loss[sel], yerr=se, fmt="o", ms=4, color=col, capsize=2,
+                  lw=0.8, zorder=3, label=f"C = {p.C:.2g} FLOPs")
       if p.coeffs is not None:
         x = np.linspace(np.log(p.N_range[0]) - 0.2, np.log(p.N_range[1]) + 0.2, 100)
         ax.plot(np.exp(x), np.polyval(p.coeffs, x), color=col, lw=1.2)
@@ -68,9 +78,18 @@ def plot_isoflop(report: FitReport, out_dir: str) -> list[str]:
                    zorder=4)
       elif p.status == "edge" and np.isfinite(p.N_opt):
         ax.scatter([p.N_opt], [p.loss_opt], marker="X", s=80, color=col, edgecolor="k", zorder=4)
-    ax.set_title("IsoFLOP profiles (Approach 2): parabolas in ln N; ★ minimum, X left out (edge)",
+    edge = any(p.status == "edge" and np.isfinite(p.N_opt) for p in a2.budgets)
+    ax.scatter([], [], marker="*", s=140, color="0.6", edgecolor="k", label="fitted minimum")
+    if edge:
+      ax.scatter([], [], marker="X", s=80, color="0.6", edgecolor="k",
+                 label="minimum at the edge: left out")
+    bars = " ± eval s.e." if runs.loss_se is not None else ""
+    ax.set_title(f"IsoFLOP profiles (Approach 2): final loss{bars}, parabolas in ln N",
                  fontsize=9)
   else:
+    if runs.loss_se is not None:
+      ax.errorbar(runs.N, runs.loss, yerr=np.nan_to_num(runs.loss_se, nan=0.0), fmt="none",
+                  ecolor="0.6", capsize=2, lw=0.8, zorder=2, label="final loss ± eval s.e.")
     sc = ax.scatter(runs.N, runs.loss, c=np.log10(runs.C), cmap="viridis", s=14, zorder=3)
     fig.colorbar(sc, ax=ax, label="log10 C (FLOPs)")
     if a3 is not None:
@@ -80,13 +99,15 @@ def plot_isoflop(report: FitReport, out_dir: str) -> list[str]:
         ax.plot(N, law.loss(N, tokens_6nd(C, N)), color="0.4", lw=0.8)
         n_opt, _ = law.optimal_allocation(C)
         ax.scatter([n_opt], [law.optimal_loss(C)], marker="*", s=80, color="k", zorder=4)
+      ax.plot([], [], color="0.4", lw=0.8, label="the law's IsoFLOP slices (6 budgets)")
+      ax.scatter([], [], marker="*", s=80, color="k", label="the law's optimum on each slice")
       ax.set_title("Data by C, with IsoFLOP slices of the Approach-3 law (★ optimum)", fontsize=9)
     else:
       ax.set_title("Data by C (no IsoFLOP budgets usable for parabolas)", fontsize=9)
-  ax.set_xscale("log")
+  _log_x(ax)
   ax.set_xlabel("N (parameters)")
-  ax.set_ylabel("loss (nats/token)")
-  if a2 is not None and len(a2.budgets) <= 12:
+  ax.set_ylabel("final eval loss (nats/token)")
+  if a2 is None or len(a2.budgets) <= 12:
     ax.legend(fontsize=7, loc="upper right")
   ax.grid(True, which="both", alpha=0.2)
   return _save(fig, out_dir, "isoflop")
@@ -94,47 +115,56 @@ def plot_isoflop(report: FitReport, out_dir: str) -> list[str]:
 
 def plot_frontier(report: FitReport, out_dir: str,
                   compare: Sequence[laws.Law] = ()) -> list[str]:
-  """N_opt(C) and D_opt(C): fits with bootstrap bands and published laws. Returns paths."""
+  """N_opt(C) and D_opt(C) of each fitted approach with its bootstrap band; the published laws
+  (their own tokens and corpora: N_opt comparable, D and loss not) in a third, labelled panel.
+  Returns the written paths."""
   C = report.frontier_C
-  fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+  n_panels = 3 if compare else 2
+  fig, axes = plt.subplots(1, n_panels, figsize=(6 * n_panels, 5))
   for k, res in sorted(report.results.items()):
     law = res.law
     n_opt, d_opt = law.optimal_allocation(C)
     col = _APPROACH_COLORS[k]
-    label = f"Approach {k}: a = {law.a:.3f}"
-    axes[0].plot(C, n_opt, color=col, lw=2, label=label)
+    axes[0].plot(C, n_opt, color=col, lw=2, label=f"Approach {k}: a = {law.a:.3f}")
     axes[1].plot(C, d_opt, color=col, lw=2, label=f"Approach {k}: b = {law.b:.3f}")
     boot = report.bootstraps.get(k)
     if boot is not None and np.all(np.isfinite(boot.frontier_N[0])):
-      axes[0].fill_between(boot.frontier_C, *boot.frontier_N, color=col, alpha=0.2, lw=0)
+      axes[0].fill_between(boot.frontier_C, *boot.frontier_N, color=col, alpha=0.2, lw=0,
+                           label=f"Approach {k}: 95% bootstrap band")
       axes[1].fill_between(boot.frontier_C, *boot.frontier_D, color=col, alpha=0.2, lw=0)
     if k == "2":
       used = res.used
-      axes[0].scatter([p.C for p in used], [p.N_opt for p in used], color=col, s=30,
-                      edgecolor="k", zorder=4)
-      axes[1].scatter([p.C for p in used], [p.D_opt for p in used], color=col, s=30,
-                      edgecolor="k", zorder=4)
+      for ax, y in ((axes[0], [p.N_opt for p in used]), (axes[1], [p.D_opt for p in used])):
+        ax.scatter([p.C for p in used], y, color=col, s=30, edgecolor="k", zorder=4,
+                   label="Approach 2: each budget's parabola minimum")
     if k == "1":
       step = max(1, len(res.C) // 60)
-      axes[0].scatter(res.C[::step], res.N_env[::step], color=col, s=6, zorder=3)
-      axes[1].scatter(res.C[::step], res.D_env[::step], color=col, s=6, zorder=3)
-  for i, law in enumerate(compare):
-    n_opt, d_opt = law.optimal_allocation(C)
-    style = _PUBLISHED_STYLES[i % len(_PUBLISHED_STYLES)]
-    axes[0].plot(C, n_opt, color="0.3", ls=style, lw=1, label=f"{law.name} (a = {law.a:.3f})")
-    axes[1].plot(C, d_opt, color="0.3", ls=style, lw=1, label=f"{law.name} (b = {law.b:.3f})")
+      for ax, y in ((axes[0], res.N_env[::step]), (axes[1], res.D_env[::step])):
+        ax.scatter(res.C[::step], y, color=col, s=6, zorder=3,
+                   label="Approach 1: the envelope's run at each C")
   cmin, cmax = report.runs.C.min(), report.runs.C.max()
-  for ax, ylabel in zip(axes, ("N_opt (parameters)", "D_opt (tokens)")):
+  if compare:
+    ours = report.results.get("3") or next(iter(report.results.values()))
+    axes[2].plot(C, ours.law.optimal_allocation(C)[0], color="k", lw=2,
+                 label=f"this fit: a = {ours.law.a:.3f}")
+    colors = plt.get_cmap("tab10")
+    for i, law in enumerate(compare):
+      style = _PUBLISHED_STYLES[i % len(_PUBLISHED_STYLES)]
+      axes[2].plot(C, law.optimal_allocation(C)[0], color=colors(i + 3), ls=style, lw=1.5,
+                   label=f"{law.name} (a = {law.a:.3f})")
+    axes[2].set_title("Published laws: fitted on their own tokens and corpora\n"
+                      "(N_opt vs C is comparable; their D and loss are not)", fontsize=9)
+  labels = ("N_opt (parameters)", "D_opt (tokens of this corpus)", "N_opt (parameters)")
+  for ax, ylabel in zip(axes, labels):
     ax.axvspan(cmin, cmax, color="0.9", zorder=0)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("C (FLOPs, C = 6ND)")
+    ax.set_xlabel("C (FLOPs, C = 6ND); grey span: the data")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(fontsize=7)
-  axes[0].set_title("Compute-optimal model size (bands: bootstrap 95%; grey: data range)",
-                    fontsize=9)
-  axes[1].set_title("Compute-optimal tokens", fontsize=9)
+  axes[0].set_title("Compute-optimal model size, N_opt ∝ C^a", fontsize=9)
+  axes[1].set_title("Compute-optimal tokens, D_opt ∝ C^b", fontsize=9)
   return _save(fig, out_dir, "frontier")
 
 
@@ -180,33 +210,37 @@ def plot_residuals(report: FitReport, out_dir: str) -> list[str]:
   a2 = report.results.get("2")
   if a3 is None and a2 is None:
     return []
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+  se = runs.loss_se if runs.loss_se is not None else np.full(len(runs), np.nan)
   if a3 is not None:
     res = a3.residuals
-    ylabel = "ln L_pred - ln L (Approach 3)"
-    delta = a3.delta
+    ylabel = "ln L_pred − ln L (Approach 3)"
+    noise = se / runs.loss  # the eval s.e. in ln L
   else:
     res = np.full(len(runs), np.nan)
     for p in a2.budgets:
       if p.coeffs is not None:
         sel = runs.budget == p.C
         res[sel] = np.polyval(p.coeffs, np.log(runs.N[sel])) - runs.loss[sel]
-    ylabel = "parabola - loss (Approach 2, nats/token)"
-    delta = None
+    ylabel = "parabola − loss (Approach 2, nats/token)"
+    noise = se
+  noise = noise[np.isfinite(noise)]
   for ax, x, xlabel in ((axes[0], runs.N, "N (parameters)"), (axes[1], runs.C, "C (FLOPs)")):
-    ax.scatter(x, res, s=10, c=np.log10(runs.C), cmap="viridis")
+    sc = ax.scatter(x, res, s=14, c=np.log10(runs.C), cmap="viridis", zorder=3)
     ax.axhline(0, color="k", lw=0.8)
-    if delta is not None:
-      ax.axhspan(-delta, delta, color="tab:green", alpha=0.15, lw=0,
-                 label=f"Huber quadratic zone (δ = {delta:g})")
-      ax.legend(fontsize=7)
-    ax.set_xscale("log")
+    if noise.size:
+      m = float(np.median(noise))
+      ax.axhspan(-m, m, color="0.6", alpha=0.2, lw=0,
+                 label=f"± the runs' median eval s.e. ({m:.2g})")
+      ax.legend(fontsize=7, loc="upper right")
+    _log_x(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.2)
+  fig.colorbar(sc, ax=axes, label="log10 C (FLOPs)", fraction=0.03)
   finite = res[np.isfinite(res)]
   rms = float(np.sqrt(np.mean(finite ** 2))) if finite.size else float("nan")
-  fig.suptitle(f"Residuals (RMS {rms:.4f})", fontsize=10)
+  fig.suptitle(f"Residuals of the fit, coloured by budget (RMS {rms:.4f})", fontsize=10)
   return _save(fig, out_dir, "residuals")
 
 
@@ -252,6 +286,7 @@ def make_figures(report: FitReport, out_dir: str,
   os.makedirs(out_dir, exist_ok=True)
   paths = []
   paths += plot_isoflop(report, out_dir)
+  paths += figures_lib.plot_curves(report.runs, report.results.get("1"), out_dir)
   if report.results:
     paths += plot_frontier(report, out_dir, compare)
   paths += plot_contours(report, out_dir)

@@ -25,6 +25,8 @@ JSON layout (``fit.json``):
   fits (:mod:`analysis.repeat.report`: form, params, intervals, leave-one-unique-size-out
   errors, the validation run's predictions); Approaches 1-3 then fit the runs of one epoch
   or less.
+* ``runs``: each fitted run's run_id, N, D, tokens_per_param, C (6ND), budget, loss and
+  loss_se (the eval standard error; null without one); fit.md tabulates them.
 * ``recipe``: what the fitted runs shared (tokenizer, corpus, seq_len, shape family, init,
   LR/batch rule, schedule, optimizer, N kind; :mod:`analysis.recipe`), and ``units``: what
   the law's loss is measured in (:class:`chinchax.laws.units.LossUnits`).
@@ -223,6 +225,7 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
   out["recipe"] = recipe_lib.table_recipe(runs.source)
   out["units"] = recipe_lib.table_units(runs.source, out["recipe"]).to_dict()
   out["figures"] = [os.path.basename(p) for p in figures]
+  out["runs"] = _run_rows(runs)
   if runs.held_out:
     out["validation"] = validation_lib.validation_block(out, runs.held_out[-1])
   if report.repeat is not None:
@@ -270,6 +273,26 @@ def _ci_text(d: dict, key: str) -> str:
   if not ci or ci[0] is None:
     return ""
   return f" [{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def _run_rows(runs) -> list[dict]:
+  """Each fitted run: run_id, N, D, D/N, C = 6ND (FLOPs), budget, loss and its eval s.e."""
+  se = runs.loss_se if runs.loss_se is not None else [None] * len(runs)
+  return [{"run_id": runs.run_id[i], "N": _f(runs.N[i]), "D": _f(runs.D[i]),
+           "tokens_per_param": _f(runs.D[i] / runs.N[i]), "C": _f(runs.C[i]),
+           "budget": _f(runs.budget[i]), "loss": _f(runs.loss[i]), "loss_se": _f(se[i])}
+          for i in np.lexsort((runs.N, runs.budget))]
+
+
+def _run_table(rows: list[dict]) -> list[str]:
+  """The fit.md table of the fitted runs (budget, then N order)."""
+  lines = ["## Runs fitted", "", "| run | N | D | D/N | C = 6ND (FLOPs) | loss ± eval s.e. |",
+           "|---|---:|---:|---:|---:|---|"]
+  for r in rows:
+    se = f" ± {r['loss_se']:.4f}" if r.get("loss_se") is not None else ""
+    lines.append(f"| `{r['run_id']}` | {r['N']:,.0f} | {r['D']:,.0f} | "
+                 f"{r['tokens_per_param']:.1f} | {r['C']:.3g} | {r['loss']:.4f}{se} |")
+  return lines + [""]
 
 
 def markdown(data: dict) -> str:
@@ -388,6 +411,8 @@ def markdown(data: dict) -> str:
     lines.append("")
   if data.get("recipe"):
     lines += recipe_lib.markdown_lines(data["recipe"], data.get("units"))
+  if data.get("runs"):
+    lines += _run_table(data["runs"])
   if data.get("figures"):
     lines += ["## Figures", ""] + [f"- {f}" for f in data["figures"]] + [""]
   return "\n".join(lines)

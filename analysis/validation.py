@@ -24,14 +24,17 @@ def validation_block(data: dict, row: dict) -> dict:
   Returns:
     {run_id, C (FLOPs), N (parameters), D (tokens), N_opt (the law's optimal
     N at C), law (which section of the fit), predicted_loss, measured_loss
-    (nats/token), rel_error, note}. ``predicted_loss`` and ``rel_error`` are
+    (nats/token), measured_se (the standard error of the measured loss over its eval windows;
+    None when the run has none), rel_error, note}. ``predicted_loss`` and ``rel_error`` are
     None when the fit has no loss law (Approaches 1/2 give only N_opt).
   """
   N, D = float(row["N"]), float(row["D"])
   C = float(row.get("C_budget") or 6.0 * N * D)
   measured = float(row["final_eval_loss"])
+  se = row.get("final_eval_loss_se")
   out = {"run_id": row.get("run_id"), "C": C, "N": N, "D": D, "N_opt": None, "law": None,
-         "predicted_loss": None, "measured_loss": measured, "rel_error": None, "note": ""}
+         "predicted_loss": None, "measured_loss": measured,
+         "measured_se": float(se) if se is not None else None, "rel_error": None, "note": ""}
   try:
     law = laws.law_from_dict(data, name="fit")
   except ValueError as e:
@@ -56,9 +59,11 @@ def markdown(block: dict) -> list[str]:
                + (f" (the law's N_opt at this C: {block['N_opt']:,.0f})."
                   if block.get("N_opt") else "."))
   if block.get("predicted_loss") is not None:
+    se = block.get("measured_se")
     lines.append(f"Predicted final eval loss {block['predicted_loss']:.4f}, measured "
-                 f"{block['measured_loss']:.4f} nats/token: relative error "
-                 f"{100 * block['rel_error']:+.2f}% (law: {block['law']}).")
+                 f"{block['measured_loss']:.4f}" + (f" ± {se:.4f} (s.e.)" if se else "")
+                 + f" nats/token: relative error {100 * block['rel_error']:+.2f}% "
+                 f"(law: {block['law']}).")
   else:
     lines.append(f"Measured final eval loss {block['measured_loss']:.4f} nats/token; "
                  f"{block.get('note', '')}.")

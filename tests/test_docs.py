@@ -63,8 +63,9 @@ def test_every_relative_link_resolves(page):
   assert not bad, bad
 
 
-def _commands(text: str) -> list[str]:
-  """Each `chinchax ...` command: lines of fenced blocks (continuations joined) and inline spans."""
+def _commands(text: str, blocks_only: bool = False) -> list[str]:
+  """Each `chinchax ...` command: lines of fenced blocks (continuations joined) and, unless
+  ``blocks_only``, inline spans (which may be fragments: `chinchax plan --hardware`)."""
   out, in_block, held = [], False, ""
   for line in text.splitlines():
     if line.strip().startswith("```"):
@@ -78,7 +79,7 @@ def _commands(text: str) -> list[str]:
       held = ""
       if line.startswith("chinchax "):
         out.append(line)
-    else:
+    elif not blocks_only:
       out += [s for s in re.findall(r"`([^`]+)`", line) if s.startswith("chinchax ")]
   return out
 
@@ -169,3 +170,68 @@ def test_every_command_names_what_exists(page, monkeypatch):
     except Exception as e:  # noqa: BLE001 — the failing command, in the message
       pytest.fail(f"{_id(page)}: {command!r}: {type(e).__name__}: {e}")
     written |= {v for f in WRITES if (v := _value(words, f)) is not None}
+
+
+def _train_configs():
+  """(page, command, workdir, settings) of every `chinchax train` command of the pages (a
+  planned config that a page writes first is left out)."""
+  for page in PAGES:
+    for command in _commands(page.read_text()):
+      words = _words(command)
+      if (words[:1] != ["train"] or any(PLACEHOLDER.match(w) for w in words[1:])
+              or set(words) & set(flags_lib.HELP_FLAGS)):
+        continue
+      given = _value(words, "--config")
+      if given is not None and not (REPO / given.split(":")[0]).is_file():
+        continue
+      config = flags_lib.parse_config(words[1:], flags_lib.config_file("train.py"), "train")
+      settings = config.to_dict()
+      workdir = settings.pop("workdir")
+      yield _id(page), command, workdir, settings
+
+
+def test_no_two_documented_runs_share_a_workdir_with_other_settings(monkeypatch):
+  """Run in page order on a fresh clone, a second run with other settings in the same default
+  workdir is refused: each example that changes what is trained names its own workdir."""
+  monkeypatch.chdir(REPO)
+  seen: dict[str, tuple] = {}
+  clashes = []
+  for page, command, workdir, settings in _train_configs():
+    if workdir in seen and seen[workdir][2] != settings:
+      clashes.append(f"{page}: {command!r} trains into {workdir}, as {seen[workdir][0]}: "
+                     f"{seen[workdir][1]!r} does with other settings")
+    seen.setdefault(workdir, (page, command, settings))
+  assert not clashes, "\n".join(clashes)
+
+
+def test_the_cheap_commands_run_as_written(tmp_path, monkeypatch, capsys):
+  """Every `chinchax plan` and `chinchax VERB --help` of the pages' command blocks (no JAX: < 1 s
+  each) runs for real, in
+  page order, with its --write-config redirected into a scratch folder; one that reads a file
+  another verb writes first (a ladder's fit.json, a bench's step_time.json) is skipped."""
+  monkeypatch.chdir(REPO)
+  ran, failed = 0, []
+  for page in PAGES:
+    for command in _commands(page.read_text(), blocks_only=True):
+      words = _words(command)
+      if set(words) & set(flags_lib.HELP_FLAGS) and words[0] in cli.VERBS:
+        pass  # a verb's help: no JAX either
+      elif (words[:1] != ["plan"] or any(PLACEHOLDER.match(w) for w in words[1:])
+              or "--aot" in words or "--calibrate" in words):
+        continue
+      reads = [_value(words, f) for f in ("--law", "--step-time-model")]
+      if any(r is not None and r.endswith(".json") and not (REPO / r).is_file() for r in reads):
+        continue
+      out = _value(words, "--write-config")
+      if out is not None:
+        words = [str(tmp_path / f"{ran}.py") if w == out else
+                 w.replace(out, str(tmp_path / f"{ran}.py")) for w in words]
+      try:
+        rc = cli.main(words)
+      except SystemExit as e:
+        rc = e.code
+      ran += 1
+      said = capsys.readouterr()
+      if rc != 0:
+        failed.append(f"{_id(page)}: {command!r}: exit {rc}: {said.err.strip()[-300:]}")
+  assert ran >= 3 and not failed, "\n".join(failed)

@@ -176,7 +176,7 @@ def test_export_and_resume_guard_of_a_gqa_run(tiny_config, tmp_path, capsys):
   tokens = np.random.default_rng(1).integers(0, 257, size=(2, 24))
   ref = export.chinchax_logits(params, export.model_config(export.load_run(c.workdir)), tokens)
   assert np.abs(export.numpy_forward(tensors, hf, tokens) - ref).max() < 1e-4
-  assert "verify: max" in said
+  assert "verify: ok: max" in said
   c.model.n_kv_heads = 2
   c.budget.steps = 4
   with pytest.raises(CheckpointError, match=r"model.n_kv_heads=1.*model.n_kv_heads=2"):

@@ -52,7 +52,8 @@ ANALYSIS_LAYERS = (
      "analysis.validation"),
     ("analysis.isoflop",),
     ("analysis.repeat",),
-    ("analysis.report", "analysis.plots", "analysis.pipeline", "analysis.tuning"),
+    ("analysis.report", "analysis.figures", "analysis.plots", "analysis.pipeline",
+     "analysis.tuning"),
     ("analysis.isotime",),
 )
 CORE = tuple(p for layer in CORE_LAYERS for p in layer)
@@ -65,6 +66,12 @@ DEFERRED = {
         "only plan --aot compiles (JAX, libtpu); a plain plan starts in < 1 s",
     ("chinchax/cli/sample.py", "chinchax.sample.run"):
         "chinchax sample --help imports no JAX",
+    ("chinchax/cli/export.py", "chinchax.export.writer"):
+        "chinchax export --help imports no JAX",
+    ("chinchax/cli/export.py", "chinchax.export.convert"):
+        "chinchax export --help imports no JAX",
+    **{("chinchax/cli/compile.py", f"chinchax.aot.{m}"): "chinchax compile --help imports no JAX"
+       for m in ("ladder_run", "report", "search", "topology")},
 }
 VERBS = ("chinchax.train", "chinchax.ladder", "chinchax.planning", "chinchax.bench",
          "chinchax.export", "chinchax.aot", "chinchax.sample")

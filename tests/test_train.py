@@ -313,16 +313,36 @@ def test_z_loss_is_logged_and_the_warmup_cap_printed(tiny_config, capsys):
   assert all(0 < r["z_loss"] < 1e-3 * 2 * math.log(257) ** 2 for r in rows), rows
 
 
-def test_cpu_peak_is_measured_once_per_host(monkeypatch, tmp_path):
+def test_cpu_peak_keeps_the_best_of_a_few_measurements(monkeypatch, tmp_path):
   from chinchax.train import mfu
   calls = []
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-  monkeypatch.setattr(mfu, "calibrate_cpu_flops", lambda: calls.append(1) or 1e10 * len(calls))
+  measured = [3e10, 1e10, 2e10, 9e10]  # a loaded host reads low at times: the best is kept
+  monkeypatch.setattr(mfu, "calibrate_cpu_flops", lambda: calls.append(1) or measured[len(calls) - 1])
   c = config_lib.get_variant("tiny")
-  first, second = mfu.peak_flops(c, 1), mfu.peak_flops(c, 1)
-  assert calls == [1] and first[0] == second[0] == 1e10
-  assert "measured now, cached in" in first[1] and "measured once, cached in" in second[1]
+  peaks = [mfu.peak_flops(c, 1) for _ in range(mfu.CALIBRATIONS + 1)]
+  assert len(calls) == mfu.CALIBRATIONS == 3  # the 4th run reads the cache
+  assert [p for p, _ in peaks] == [3e10, 3e10, 3e10, 3e10]
+  assert "best of 1 measurement(s), cached in" in peaks[0][1]
+  assert "best of 3 measurements, cached in" in peaks[-1][1]
   assert mfu.cpu_flops_cache().is_file()
+
+
+def test_a_run_faster_than_the_cpu_peak_re_measures_it_and_mfu_stays_at_most_one(
+    tmp_path, monkeypatch):
+  from chinchax.train import mfu
+  from chinchax.train.steplog import StepLog
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  monkeypatch.setattr(mfu, "calibrate_cpu_flops", lambda: 1e10)  # loaded: reads low each time
+  c = config_lib.get_variant("tiny")
+  peak, src = mfu.peak_flops(c, 1)
+  log = StepLog(None, None, None, None, flops_per_step=1.5e9, peak_total=peak, peak_src=src)
+  assert math.isclose(log.mfu(0.1), 1.0)  # 1.5e10 FLOP/s achieved: the peak is raised to it
+  assert log.peak_total == 1.5e10 and "re-measured" in log.peak_src
+  assert mfu.peak_flops(c, 1)[0] == 1.5e10  # cached for the next run
+  assert math.isclose(log.mfu(0.2), 0.5)
+  configured = StepLog(None, None, None, None, 1.5e9, 1e10, "config")
+  assert configured.mfu(0.1) == 1.5  # a configured peak is the user's: not raised
 
 
 def test_rerun_of_a_finished_run_keeps_its_measured_speed(tmp_path):

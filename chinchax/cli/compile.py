@@ -46,10 +46,6 @@ import sys
 
 from chinchax import console
 from chinchax.storage import paths as paths_lib
-from chinchax.aot import ladder_run
-from chinchax.aot import report as report_lib
-from chinchax.aot import search as search_lib
-from chinchax.aot import topology as topology_lib
 from chinchax.cli import flags as flags_lib
 from chinchax.cli import helptext
 
@@ -95,6 +91,12 @@ def main(argv: list[str]) -> int:
     print(__doc__.strip())
     return 0
   config_argv, rest = _split(argv)
+  global ladder_run, report_lib, search_lib, topology_lib
+  # here: --help imports no JAX (tests/test_imports.py)
+  from chinchax.aot import ladder_run
+  from chinchax.aot import report as report_lib
+  from chinchax.aot import search as search_lib
+  from chinchax.aot import topology as topology_lib
   args = _parser().parse_args(rest)
   if args.out is not None and paths_lib.is_url(args.out):  # gs://bucket/report.json
     paths_lib.check_writable_dir(args.out.rsplit("/", 1)[0], "--out's directory")

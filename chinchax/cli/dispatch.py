@@ -78,7 +78,7 @@ def _verb_help(verb: str, rest: list[str]) -> int:
   text = helptext.plain(out.getvalue().rstrip())
   if "example" not in text.lower():
     text += "\n\n" + helptext.example(doc)
-  print(text.rstrip())
+  print(helptext.fit_width(text.rstrip()))
   return status
 
 

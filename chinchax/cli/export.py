@@ -19,8 +19,6 @@ Examples:
 from __future__ import annotations
 
 from chinchax import console
-from chinchax.export import convert
-from chinchax.export import writer as export_lib
 from chinchax.export.error import ExportError
 from chinchax.storage import paths as paths_lib
 from chinchax.cli import helptext
@@ -66,6 +64,7 @@ def main(argv: list[str]) -> int:
   if not args.workdir:
     raise ExportError("give a run directory (WORKDIR), or --from-hf DIR with --out")
   args.dtype = args.dtype or "float32"
+  from chinchax.export import writer as export_lib  # here: --help imports no JAX (tests/test_imports.py)
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
                           trial=args.trial, dtype=args.dtype, tokenizer_path=args.tokenizer,
                           overwrite=args.overwrite, verify=args.verify)
@@ -89,6 +88,7 @@ def _convert(args) -> int:
   if not args.out or paths_lib.is_url(args.out):
     raise ExportError(f"--from-hf needs a local --out directory (got {args.out or 'none'}); "
                       f"e.g. --out {args.from_hf.rstrip('/')}-chinchax")
+  from chinchax.export import convert  # here: --help imports no JAX (tests/test_imports.py)
   out, n = convert.convert(args.from_hf, args.out, dtype=args.dtype, overwrite=args.overwrite,
                            verify=args.verify)
   console.say(f"converted {args.from_hf} → {out} through chinchax's import and export: {n} "

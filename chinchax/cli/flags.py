@@ -13,6 +13,7 @@ import importlib.resources
 import importlib.util
 import os
 import pathlib
+import textwrap
 import re
 import shlex
 import traceback
@@ -43,6 +44,25 @@ def _config_arg(argv: list[str]) -> str | None:
   return None
 
 
+def planned_of(argv: list[str]) -> dict | None:
+  """The ``PLANNED`` dict of the ``--config`` file in ``argv`` (a config written by ``chinchax
+  plan --write-config``: law, N, D, C, predicted_loss), read without running the file; None for
+  any other config."""
+  given = _config_arg(argv)
+  path = pathlib.Path((given or "").partition(":")[0])
+  if not given or not path.is_file():
+    return None
+  try:
+    for node in ast.parse(path.read_text()).body:
+      if (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and getattr(node.targets[0], "id", None) == "PLANNED"):
+        value = ast.literal_eval(node.value)
+        return value if isinstance(value, dict) else None
+  except (OSError, SyntaxError, ValueError):
+    return None
+  return None
+
+
 def _load_variant(path: pathlib.Path, variant: str):
   """``get_config(variant)`` of the config file at ``path`` (a fresh module each call)."""
   spec = importlib.util.spec_from_file_location(f"_chinchax_help_{path.stem}", path)
@@ -60,21 +80,49 @@ def _flat(node, prefix: str = ""):
       yield f"{prefix}{key}", value
 
 
-def knob_lines(config, kind: str = "train") -> list[str]:
-  """One line per knob of ``config`` (a ``kind`` config: train, ladder or bench): ``key =
-  default`` and the knob's one-line comment from ``chinchax/config/defaults.py`` (a ladder or
-  bench ``train_config.*`` knob not set anew there: its training knob's comment)."""
+HELP_WIDTH = 100  # no line of a verb's help is wider
+# The knobs a verb reads, by prefix (a verb not named here reads all of its config).
+VERB_KNOBS = {"prepare": ("data.",)}
+# A working override for each config verb's help.
+OVERRIDE_EXAMPLE = {"ladder": "--config.train_config.train.seq_len=256",
+                    "bench": "--config.bench.timed_steps=10",
+                    "prepare": "--config.data.tokenizer=bpe"}
+
+
+def _wrapped(head: str, note: str, width: int) -> list[str]:
+  """``head`` and its comment ``note`` in lines of at most HELP_WIDTH columns: the comment beside
+  a head of ``width`` columns, continued below it, indented."""
+  if not note:
+    return [head[:HELP_WIDTH]] if len(head) <= HELP_WIDTH else textwrap.wrap(
+        head, HELP_WIDTH, subsequent_indent=" " * 6, break_long_words=True)
+  if len(head) > width:  # a long default: the comment on the lines below
+    return (textwrap.wrap(head, HELP_WIDTH, subsequent_indent=" " * 6, break_long_words=True)
+            + textwrap.wrap(note, HELP_WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 8))
+  return textwrap.wrap(note, HELP_WIDTH, initial_indent=f"{head:<{width}} ",
+                       subsequent_indent=" " * (width + 1))
+
+
+def knob_lines(config, kind: str = "train", prefixes: tuple[str, ...] = ()) -> list[str]:
+  """The knobs of ``config`` (a ``kind`` config: train, ladder or bench), ``key = default`` and
+  the knob's comment from ``chinchax/config/defaults.py`` (a ladder or bench ``train_config.*``
+  knob not set anew there: its training knob's comment), wrapped to :data:`HELP_WIDTH` columns;
+  only the keys starting with one of ``prefixes`` when given."""
   comments = config_lib.knob_comments(kind)
   train = config_lib.knob_comments("train")
   rows = []
   for key, value in _flat(config):
+    if prefixes and not key.startswith(prefixes):
+      continue
     note = comments.get(key) or train.get(key.removeprefix("train_config."))
     parts = key.split(".")
     if note is None and len(parts) == 3:  # bench models.NAME.d_model, sweeps.NAME.mesh
       note = comments.get(f"{parts[0]}.{parts[2]}")
     rows.append((f"{key} = {value!r}", note or ""))
   width = min(44, max(len(k) for k, _ in rows) + 2)
-  return [f"    {k:<{width}} {note}".rstrip() for k, note in rows]
+  out = []
+  for k, note in rows:
+    out += _wrapped(f"    {k}", note, width + 4)
+  return out
 
 
 def _help_text(verb: str, default: pathlib.Path, argv: list[str]) -> str:
@@ -90,17 +138,19 @@ def _help_text(verb: str, default: pathlib.Path, argv: list[str]) -> str:
            f"  --config FILE[:VARIANT]    config file and named variant (default: "
            f"{default}:default)",
            "  --config.KEY=VALUE         set one knob (a ConfigDict key path), e.g. "
-           "--config.train.seq_len=256",
+           f"{OVERRIDE_EXAMPLE.get(verb, '--config.train.seq_len=256')}",
            "  -h, --help                 this help", ""]
   try:
     config = _load_variant(path, variant)
   except Exception as e:  # noqa: BLE001 — help still prints; the run itself reports the error
     lines.append(f"(the knobs of {path}:{variant} could not be listed: {type(e).__name__}: {e})")
     return "\n".join(lines)
-  lines.append(f"knobs of {path.name}:{variant}, each with its default (comments: "
-               f"chinchax/config/defaults.py):")
+  prefixes = VERB_KNOBS.get(verb, ())
+  lines.append(f"knobs of {path.name}:{variant}"
+               + (f" that {verb} reads ({', '.join(p + '*' for p in prefixes)})" if prefixes
+                  else "") + ", each with its default (comments: chinchax/config/defaults.py):")
   kind = {"ladder": "ladder", "bench": "bench"}.get(verb, "train")
-  return "\n".join(lines + knob_lines(config, kind))
+  return helptext.fit_width("\n".join(lines + knob_lines(config, kind, prefixes)))
 
 
 def _check_config_file_exists(argv: list[str], default: pathlib.Path) -> None:

@@ -15,7 +15,9 @@ help has none, so a new verb module gets the same treatment.
 
 from __future__ import annotations
 
+
 import argparse
+import textwrap
 import re
 
 from chinchax import errors
@@ -100,3 +102,21 @@ def parser(verb: str, doc: str | None, **kw) -> argparse.ArgumentParser:
   """
   return _Parser(prog=f"chinchax {verb}", description=plain((doc or "").strip()),
                  formatter_class=_Formatter, verb=verb, **kw)
+
+
+HELP_WIDTH = 100  # columns of a verb's help
+
+
+def fit_width(text: str) -> str:
+  """``text`` with each line over :data:`HELP_WIDTH` columns wrapped below itself, indented as
+  it was plus two (a command line in an example is left whole: it must stay copyable)."""
+  out = []
+  for line in text.splitlines():
+    stripped = line.lstrip()
+    if len(line) <= HELP_WIDTH or stripped.startswith(("chinchax ", "$ ", "python ")):
+      out.append(line)
+      continue
+    indent = " " * (len(line) - len(stripped))
+    out += textwrap.wrap(stripped, HELP_WIDTH, initial_indent=indent,
+                         subsequent_indent=indent + "  ", break_on_hyphens=False)
+  return "\n".join(out)

@@ -72,6 +72,8 @@ def _finish(config, table, devices=None, may_fit: bool = True, died=()) -> int:
     return ladder_lib.RUNS_FAILED_EXIT_CODE
   for line in died:
     console.warn(f"{line}; the other workers recorded every run")
+  if lc.fit and may_fit:
+    _closing_block(config)
   return ladder_lib.WORKER_DIED_EXIT_CODE if died else 0
 
 
@@ -95,8 +97,13 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
       shape = fit_cli.ladder_flop_shape(plan.vocab, config.train_config.train.seq_len)
       isotime_fit.fit_isotime(table, out, flop_shape=shape, log=console.say, warn=console.warn)
     else:
-      fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=console.say,
-                               warn=console.warn, grid=lc.fit_grid or None)
+      n_runs = len(ladder_lib.ResultsTable(table).rows)
+      console.say(f"ladder  fitting Approaches 1–3 ({lc.bootstrap} bootstrap resamples, "
+                  f"~{ladder_lib.duration(ladder_lib.fit_seconds(lc, n_runs))}); "
+                  f"its lines: fit/fit.log")
+      with _FitLog(out / "fit.log") as log:
+        fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=log,
+                                 warn=lambda m: log(f"warning: {m}"), grid=lc.fit_grid or None)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
     console.warn(f"could not fit the table {table}: {e}")
     return
@@ -106,7 +113,8 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
       if timed:
         isotime_fit.add_isotime_validation(table, out, log=console.say)
       else:
-        fit_pipeline.add_validation(table, out, log=console.say)
+        with _FitLog(out / "fit.log") as log:
+          fit_pipeline.add_validation(table, out, log=log)
   if ladder_lib.tuned(lc):  # a tuned ladder: best LR vs the rule, LR law, a untuned
     try:
       tuning_report.tuning_report(str(table), str(out), log=console.say)
@@ -116,6 +124,43 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
     wandblog.log_fit(config, out)
   except Exception as e:  # noqa: BLE001 — the fit on disk stands; W&B is a copy
     console.warn(f"the fit was not logged to Weights & Biases: {type(e).__name__}: {e}")
+
+
+class _FitLog:
+  """The fit's progress lines, appended to ``fit.log`` beside ``fit.json`` (the ladder's console
+  shows its closing block instead, :func:`chinchax.ladder.closing_lines`)."""
+
+  def __init__(self, path):
+    self.path = path
+
+  def __enter__(self):
+    self.file = None
+    if not paths_lib.is_url(str(self.path)):  # a bucket's fit keeps fit.json and fit.md only
+      self.path.parent.mkdir(parents=True, exist_ok=True)
+      self.file = open(self.path, "a")
+    return self
+
+  def __call__(self, msg: str) -> None:
+    if self.file is not None:
+      self.file.write(msg + "\n")
+      self.file.flush()
+
+  def __exit__(self, *exc):
+    if self.file is not None:
+      self.file.close()
+
+
+def _closing_block(config) -> None:
+  """Prints the ladder's answer (:func:`chinchax.ladder.closing_lines`) when its fit exists."""
+  lc = config.ladder
+  fit_dir = paths_lib.as_path(config.workdir) / "fit"
+  try:
+    lines = ladder_lib.closing_lines(fit_dir, None if lc.budget_kind == "seconds" else lc.c_max)
+  except (KeyError, TypeError, ValueError) as e:  # a fit.json of another layout: the files stand
+    lines = [f"ladder  the fit is in {fit_dir} (fit.md, fit.json; no summary: "
+             f"{type(e).__name__}: {e})"]
+  for line in lines:
+    console.say(line)
 
 
 def _pin_to_first_core(lc) -> set[int] | None:
@@ -168,9 +213,16 @@ def main(argv: list[str]) -> int:
                     and jax.default_backend() == "cpu" else None)
   if lc.status:
     plan = ladder_lib.prepare(config, worker_devices, check_data=False, write=False)
-    ladder_lib.describe(plan)
+    ladder_lib.describe(plan, full=True)
     console.say(ladder_lib.finish_line(plan))
     return 0
+  if not lc.worker and lc.fit and not ladder_lib.is_local_worker():
+    plan = ladder_lib.prepare(config, worker_devices, check_data=False, write=False)
+    if ladder_lib.fit_settled(plan):  # nothing to train or fit: the answer again, at once
+      console.say(f"ladder  done before: {len(plan.runs)} runs, their fit and validation in "
+                  f"{plan.workdir}")
+      _closing_block(config)
+      return 0
   if local_workers:
     return _run_local(config, argv, worker_devices, machine_cores)
   if ladder_lib.is_local_worker():
@@ -193,7 +245,7 @@ def _run_local(config, argv, worker_devices, machine_cores) -> int:
   lc = config.ladder
   plan = ladder_lib.prepare(config, worker_devices)  # builds the token store once, first
   ladder_lib.describe(plan)
-  bar = ladder_lib.LadderProgress(plan) if lc.progress else None
+  bar = ladder_lib.LadderProgress(plan, workers=lc.workers) if lc.progress else None
   result = ladder_lib.run_local_workers(argv, lc.workers, pin=lc.pin_cpus,
                                         available=machine_cores, progress=bar,
                                         say=console.say)

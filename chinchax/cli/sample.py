@@ -10,7 +10,7 @@ likely probability mass. A trials run samples its best trial (--trial K another)
 A line of timings goes to stderr.
 
 Example:
-  chinchax sample runs/gutenberg --prompt "It was a dark and stormy night" --max-new-tokens 200 --top-p 0.9
+  chinchax sample runs/gutenberg --prompt "It was a dark and stormy night" --max-new-tokens 64 --top-p 0.9
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Example:
   chinchax train --config configs/train.py:tiny --config.workdir=runs/tiny
-  chinchax train --config.data.source=files --config.data.paths='corpus/*.txt'
+  chinchax train --config.data.source=files --config.data.paths='corpus/*.txt' --config.workdir=runs/mine
 """
 
 from __future__ import annotations
@@ -54,10 +54,38 @@ def main(argv: list[str]) -> int:
   distributed_lib.initialize(config.distributed)  # before any device is used
   distributed_lib.install_sigterm_handler()
   try:
-    train_lib.train(config)
+    summary = train_lib.train(config)
   except distributed_lib.Preempted as e:  # SIGTERM, or Ctrl-C (Interrupted): after a checkpoint
     if jax.process_index() == 0:
       print(str(e), file=sys.stderr)
     return (interrupts.INTERRUPTED_EXIT_CODE if isinstance(e, interrupts.Interrupted)
             else distributed_lib.PREEMPTED_EXIT_CODE)
+  planned = flags_lib.planned_of(argv)
+  if planned and jax.process_index() == 0:
+    print(plan_line(planned, summary, [a for a in argv if a.startswith("--config.")
+                                       and not a.startswith(_NEUTRAL_KNOBS)]))
   return 0
+
+
+# Knobs that change where or how a run is logged, not what it trains: no bearing on the prediction.
+_NEUTRAL_KNOBS = ("--config.workdir", "--config.compile_cache_dir", "--config.mesh.",
+                  "--config.train.progress", "--config.train.checkpoint", "--config.train.log",
+                  "--config.train.wandb", "--config.distributed.")
+
+
+def plan_line(planned: dict, summary: dict, overrides: list[str]) -> str:
+  """``plan    predicted 2.1034 (law fit), measured 2.0857 ± 0.0110 nats/token (-0.84%)``: a
+  planned config's prediction (``PLANNED`` of a ``plan --write-config`` file) beside the run's
+  final eval loss; ``overrides`` typed on the command line are named (they may void it)."""
+  measured, se = summary.get("final_eval_loss"), summary.get("final_eval_loss_se")
+  pred = planned.get("predicted_loss")
+  got = "no eval loss" if measured is None else (
+      f"measured {measured:.4f}" + (f" ± {se:.4f}" if se else "") + " nats/token")
+  if pred is None:
+    text = f"plan    law {planned.get('law')} made no loss prediction for this run; {got}"
+  else:
+    rel = f" ({100 * (measured - pred) / pred:+.2f}%)" if measured is not None else ""
+    text = f"plan    predicted {pred:.4f} (law {planned.get('law')}), {got}{rel}"
+  if overrides:
+    text += f"; typed overrides may void the prediction: {' '.join(overrides)}"
+  return text

@@ -412,4 +412,10 @@ def run_prepare(config) -> pathlib.Path:
   if getattr(st, "st_mtime", getattr(st, "mtime", started)) < started:  # local | gs:// (epath)
     console.say("store already complete (built earlier; times below are from that build)")
   console.say(report(directory))
+  sp = json.loads((directory / store_lib.MANIFEST).read_text())["splits"]
+  if not sp["val"]["documents"] or not sp["train"]["documents"]:
+    empty = "validation" if not sp["val"]["documents"] else "training"
+    console.warn(f"the {empty} split is empty ({sp['train']['documents']:,} train, "
+                 f"{sp['val']['documents']:,} val documents): chinchax train cannot use this "
+                 f"store; split the corpus into more documents (files, or lines of a .jsonl)")
   return directory

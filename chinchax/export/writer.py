@@ -425,6 +425,20 @@ def _export(workdir, out, fmt, step, dtype, tokenizer_path, overwrite, verify, t
     ref = chinchax_logits(params, cfg, tokens)
     got = numpy_forward(st.load_file(paths_lib.local_copy(out / "model.safetensors")),
                         hf_config, tokens)
-    console.say(f"verify: max |numpy(export) - chinchax| logit difference = "
-                f"{float(np.abs(got - ref).max()):.3g} over {tokens.size} positions")
+    diff, tol = float(np.abs(got - ref).max()), verify_tolerance(dtype, ref)
+    verdict = "ok" if diff <= tol else "FAILED"
+    console.say(f"verify: {verdict}: max |numpy(export) - chinchax| logit difference "
+                f"{diff:.3g} over {tokens.size} positions (tolerance {tol:.3g} for {dtype} "
+                f"tensors)")
+    if diff > tol:
+      raise ExportError(f"the export of {workdir} does not reproduce the run's logits: max "
+                        f"difference {diff:.3g} > {tol:.3g} ({dtype}); the files are in {out}")
   return out
+
+
+def verify_tolerance(dtype: str, ref: np.ndarray) -> float:
+  """The largest logit difference ``--verify`` accepts: float32 tensors, 1e-3 × (1 + max |logit|)
+  (float32 against float64 arithmetic); bfloat16 tensors, their rounding (2^-8 relative, 8 bits
+  of mantissa) carried through the layers: 2^-5 × (1 + max |logit|)."""
+  scale = 1.0 + float(np.abs(ref).max())
+  return (2.0 ** -5 if dtype == "bfloat16" else 1e-3) * scale

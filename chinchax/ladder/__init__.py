@@ -22,19 +22,20 @@ from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladd
 from chinchax.storage.lease import Lease, Leases, worker_id
 from chinchax.ladder.local import (LocalResult, die_with_parent, is_local_worker,
                                    run_local_workers, worker_command)
-from chinchax.ladder.progress import LadderProgress
+from chinchax.ladder.progress import LadderProgress, duration, fit_seconds
 from chinchax.ladder.repeat import axis_of as unique_axis
 from chinchax.ladder.table import ResultsTable
 from chinchax.ladder.tuning import tuned
 from chinchax.ladder.validation import plan_validation, run_validation
-from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, prepare, run_states,
-                                    settle_fit_claim, train_run, work)
+from chinchax.ladder.answer import closing_lines
+from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, fit_settled, prepare,
+                                    run_states, settle_fit_claim, train_run, work)
 
 __all__ = [
     "INCOMPLETE_EXIT_CODE", "RUNS_FAILED_EXIT_CODE", "WORKER_DIED_EXIT_CODE", "LadderProgress",
     "LocalResult", "die_with_parent", "failed_rows", "is_local_worker", "settle_fit_claim",
     "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
-    "describe", "finish_line", "plan_runs", "plan_validation", "prepare", "run_config",
+    "closing_lines", "describe", "duration", "fit_seconds", "finish_line", "fit_settled", "plan_runs", "plan_validation", "prepare", "run_config",
     "run_ladder", "run_local_workers", "run_states", "run_validation", "train_run", "tuned",
     "unique_axis",
     "validate_ladder", "work", "worker_command", "worker_id",

@@ -1,7 +1,7 @@
 """``run_ladder``: one process's ladder — the grid listing, a worker, the closing line.
 
 ``chinchax ladder`` in one process is one worker (:func:`chinchax.ladder.worker.work`)
-with a progress bar over the grid's FLOPs; with ``ladder.worker`` it is one of
+with the ladder's progress line (:mod:`chinchax.ladder.progress`); with ``ladder.worker`` it is one of
 many, printing only its own runs. Either way a rerun skips recorded runs and
 resumes unfinished ones from their checkpoints, and several processes on the
 same workdir never train a run twice at once.
@@ -15,6 +15,8 @@ import jax
 
 from chinchax import console
 from chinchax.train.metrics import log_spaced_steps
+import chinchax.ladder.files as files
+import chinchax.ladder.progress as progress_lib
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.tuning as tuning
 import chinchax.ladder.worker as worker_lib
@@ -34,40 +36,65 @@ def failed_rows(table_path: pathlib.Path) -> list[dict]:
                 key=lambda r: r["run_id"])
 
 
-def describe(plan: worker_lib.LadderPlan) -> None:
-  """Prints the grid: each run's shape, N, D and state."""
+GRID_LISTING = "grid.txt"  # the grid, one run per line, beside results.jsonl
+
+
+def grid_lines(plan: worker_lib.LadderPlan) -> list[str]:
+  """The grid, one line per run: its shape, N, D (or time budget), hyperparameters and state."""
+  out = []
+  for r, state in worker_lib.run_states(plan):
+    c, hp = r.counts, r.hparams
+    size = (f"T={r.seconds_budget:g}s" if r.seconds_budget is not None
+            else f"D={r.D:,.0f} D/N={r.D / c.total:.1f}")
+    steps = "from its step time" if r.seconds_budget is not None else hp.steps
+    out.append(f"{r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
+               f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} {size} "
+               f"lr={hp.peak_lr:.3g} batch={hp.global_batch_size} steps={steps}  ({state})")
+  return out
+
+
+def describe(plan: worker_lib.LadderPlan, full: bool = False) -> None:
+  """Prints the ladder's header: what it trains, fits and validates, in three lines.
+
+  The grid itself (each run's shape, N, D and state) goes to ``grid.txt`` in the workdir (a
+  workdir that cannot be written keeps none); ``full`` (``ladder.status``) prints it instead
+  and writes nothing.
+  """
   lc = plan.config.ladder
   states = worker_lib.run_states(plan)
   n_done = sum(s == "done" for _, s in states)
   timed = lc.budget_kind == "seconds"
+  budgets = sorted({r.seconds_budget if timed else r.C_budget for r in plan.runs})
+  sizes = [r.counts.total for r in plan.runs]
   span = (f"T = {lc.t_min:.3g} … {lc.t_max:.3g} s of training" if timed
           else f"C = {lc.c_min:.3g} … {lc.c_max:.3g} FLOPs")
-  console.say(f"ladder  {len(plan.runs)} runs over {lc.n_budgets} budgets {span}; "
-              f"{n_done} already done; results -> {plan.workdir / 'results.jsonl'}")
-  shapes = (f"the 'ladder' shape rule at n_layers {lc.depths} (d_model in steps of 4, "
-            f"≈ equal N across depths); steps = T / step time "
-            f"({'a timed probe of each shape' if lc.step_time == 'probe' else lc.step_time})"
-            if timed else "the 'ladder' shape rule (n_layers fixed, d_model in steps of 4)")
-  console.say(f"        shapes: {shapes}; hyperparameters: ladder.hparams={lc.hparams!r}; "
-              f"init: model.init={plan.config.train_config.model.init!r}")
-  if tuning.tuned(lc):
-    mults = ", ".join(f"×{m:g}" for m in tuning.multipliers(lc))
-    console.say(f"        tuned: every run trains {lc.lr_trials} LR(s) ({mults} the rule's) × "
-                f"{lc.seeds} seed(s) in one program; each point is its best LR's "
-                f"{'mean over seeds' if lc.seeds > 1 else 'run'} (chinchax.ladder.tuning)")
+  console.say(f"ladder  {len(plan.runs)} runs: {len(budgets)} budgets {span} × "
+              f"{len(plan.runs) // max(len(budgets), 1)} sizes (N = {min(sizes):,} … "
+              f"{max(sizes):,}); {n_done} already done")
+  rule = (f"n_layers {lc.depths}, steps from a step-time probe" if timed
+          else "shapes 'ladder'")
+  then = []
+  if lc.fit:
+    then.append("fit" if not timed else "fit L(N, time)")
+    if lc.validate:
+      then.append(f"validate at {lc.validate_factor:g} × C_max")
+  tuned = (f"; {lc.lr_trials} LR(s) × {lc.seeds} seed(s) per run" if tuning.tuned(lc) else "")
+  console.say(f"        {rule}, hparams {lc.hparams!r}, init "
+              f"{plan.config.train_config.model.init!r}{tuned}"
+              + (f"; then {', then '.join(then)}" if then else ""))
   sparse = sparse_curve_line(plan)
+  if full:  # ladder.status: a read-only query writes nothing
+    for line in grid_lines(plan):
+      console.say(f"        {line}")
+  else:
+    listing = plan.workdir / GRID_LISTING
+    try:
+      files.write_atomic(listing, "\n".join(grid_lines(plan)) + "\n")
+      console.say(f"        grid: {listing} (--config.ladder.status=True prints it)")
+    except OSError:
+      pass
   if sparse:
     console.warn(sparse)
-  for r, state in states:
-    c = r.counts
-    note = "" if state == "pending" else f"  ({state})"
-    hp = r.hparams
-    size = (f"T={r.seconds_budget:g}s" if r.seconds_budget is not None
-            else f"D={r.D:,.0f} D/N={r.D / c.total:.1f}")
-    steps = "from its step time" if r.seconds_budget is not None else hp.steps
-    console.say(f"        {r.run_id}: d_model={r.shape.d_model} n_layers={r.shape.n_layers} "
-                f"n_heads={r.shape.n_heads} d_ff={r.shape.d_ff} N={c.total:,} {size} "
-                f"lr={hp.peak_lr:.3g} batch={hp.global_batch_size} steps={steps}{note}")
 
 
 MIN_CURVE_POINTS = 4  # fewer curve evals than this leave Approach 1 few FLOP values to read
@@ -84,10 +111,8 @@ def sparse_curve_line(plan: worker_lib.LadderPlan) -> str | None:
   if k >= MIN_CURVE_POINTS:
     return None
   r = plan.runs[fewest]
-  return (f"run {r.run_id} records only {k} curve eval(s) (train.eval_points={t.eval_points} "
-          f"from train.eval_points_from={t.eval_points_from} of its {r.hparams.steps} steps): "
-          f"Approach 1's envelope then covers few FLOP values; lower "
-          f"train_config.train.eval_points_from (the ladder's default is 0.1)")
+  return (f"run {r.run_id} records only {k} curve eval(s): Approach 1's envelope covers few FLOP "
+          f"values; lower train_config.train.eval_points_from={t.eval_points_from}")
 
 
 def finish_line(plan: worker_lib.LadderPlan) -> str:
@@ -122,26 +147,14 @@ def run_ladder(config, devices=None) -> pathlib.Path:
   else:
     if is_main:
       describe(plan)
-    rows = plan.table.rows
-    total_c = sum(r.C_budget for r in plan.runs)
-    done_c = sum(r.C_budget for r in plan.runs if rows.get(r.run_id, {}).get("status") == "done")
-    bar = console.progress(total=round(total_c / 1e9), initial=round(done_c / 1e9), unit="GFLOP",
-                           enabled=is_main and lc.progress)
-
-    def on_row(row):
-      if row["status"] == "done":
-        timed = (f", trained {row['train_time_s']:.1f}s of {row['seconds_budget']:g}s "
-                 f"({row['steps']} steps)" if row.get("train_time_s") is not None else "")
-        bar.write(f"        {row['run_id']}: eval loss {row['final_eval_loss']:.4f} nats/token, "
-                  f"{row['tokens_per_s']:,.0f} tokens/s, {row['wall_time_s']:.0f}s{timed}")
-      bar.update(round(row["C_budget"] / 1e9))
-
-    def on_claim(r, gen, attempt):
-      n = sum(1 for x in plan.runs if x.run_id in plan.table.rows) + 1
-      bar.set_description(f"run {n}/{len(plan.runs)} {r.run_id}")
-
-    worker_lib.work(plan, on_claim=on_claim, on_row=on_row,
-                    say=lambda m: bar.write(m) if is_main else None)
-    bar.close()
+    bar = (progress_lib.LadderProgress(plan, failures=False) if is_main and lc.progress
+           else None)
+    write = bar.write if bar is not None else (lambda m: console.say(m, enabled=is_main))
+    if bar is not None:
+      bar.update()
+    worker_lib.work(plan, on_claim=lambda *claim: None,
+                    on_row=lambda row: bar.update() if bar is not None else None, say=write)
+    if bar is not None:
+      bar.close()
   console.say(finish_line(plan), enabled=is_main)
   return plan.workdir / "results.jsonl"

@@ -52,7 +52,7 @@ def train_run(plan: LadderPlan, r: grid.LadderRun, attempt: int, owner: str) -> 
   cfg = plan.run_config(r, steps=tp and (tp.get("steps") or tp["steps_planned"]))
   if clocked:
     cfg.train.warmup_steps = tp["warmup_steps"]
-  cfg.train.progress = False
+  cfg.train.progress = r.role == "validation"  # the grid's runs show in the ladder's line
   t0 = time.time()
   hp = r.hparams
   row = {"run_id": r.run_id, "role": r.role, "C_budget": r.C_budget, "N": r.counts.total,

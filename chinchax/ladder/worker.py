@@ -325,6 +325,24 @@ def _alive(pid: int) -> bool:
   return True
 
 
+def fit_settled(plan: LadderPlan) -> bool:
+  """Whether ``plan``'s ladder is finished: every run recorded ``done``, its fit claimed and
+  settled (:func:`settle_fit_claim`, after the validation run), ``fit/fit.json`` written and,
+  with ``ladder.validate``, a validation row ``done``. Reads only; a rerun then has nothing
+  to train or fit."""
+  run_ids = [r.run_id for r in plan.runs]
+  rows = plan.table.refresh()
+  if any(rows.get(i, {}).get("status") != "done" for i in run_ids):
+    return False
+  if not (plan.workdir / "fit" / "fit.json").exists():
+    return False
+  claim = _fit_claim_path(plan.workdir, run_ids, rows)
+  if not claim.exists() or not _claim_content(claim).get("done"):
+    return False
+  return not plan.config.ladder.validate or any(
+      r.get("role") == "validation" and r.get("status") == "done" for r in rows.values())
+
+
 def settle_fit_claim(table_path: pathlib.Path, done: bool) -> None:
   """Marks this process's claim of the table's fit finished (``done``), or withdraws it (the fit
   was interrupted or failed: a rerun of the ladder fits again)."""

@@ -115,6 +115,9 @@ def config_source(plan: Plan, workdir: str) -> str:
   if deps:
     loss += f"\nDeparts from the law's recipe: {'; '.join(deps)}; its prediction no longer holds"
   updates = "\n".join(_update_call(name, values) for name, values in sections.items())
+  planned = {"law": plan.law.name, "N": int(plan.N), "D": int(plan.D), "C": float(plan.C),
+             "predicted_loss": (None if plan.predicted_loss is None or deps
+                                else round(float(plan.predicted_loss), 6))}
   return f'''"""Planned run: {plan.mode} budget ({budget_desc}), law {plan.law.name}.
 
 N = {plan.N:,} parameters, D = {plan.D:,} tokens ({plan.D / plan.N:.1f} tokens/param),
@@ -123,6 +126,9 @@ Run: chinchax train --config THIS_FILE
 """
 
 from chinchax import config as config_lib
+
+# What the plan predicts for this run (``chinchax train`` prints it beside the measured loss).
+PLANNED = {planned!r}
 
 
 def get_config(variant=None):

@@ -18,7 +18,7 @@ from chinchax.planning.errors import PlanError
 # A plan whose 6ND differs from its FLOP budget by more than this fraction says so.
 BUDGET_TOLERANCE = 0.10
 # The chosen shape is this many times N* or more: the budget is below what the shape rule serves.
-OVERSIZE_FACTOR = 4.0
+OVERSIZE_FACTOR = 2.0
 
 
 def round_up(x: float, digits: int = 2) -> float:
@@ -64,7 +64,7 @@ def budget_warnings(plan, C: float) -> list[str]:
                f"{C:.3g} FLOPs: it rounds to whole steps of {plan.batch.tokens_per_step:,} tokens "
                f"({plan.batch.steps} step(s)); a budget of many steps keeps within 10%")
   if plan.N >= OVERSIZE_FACTOR * plan.allocation.N:
-    out.append(f"the chosen shape has {plan.N / plan.allocation.N:,.0f}× the law's N* "
+    out.append(f"the chosen shape has {plan.N / plan.allocation.N:,.1f}× the law's N* "
                f"({plan.N:,} against {plan.allocation.N:,.0f} params): the shape rule has no "
                f"smaller shape, so this plan is not compute-optimal")
   return out

@@ -336,7 +336,7 @@ def train(config, devices=None, verbose: bool = True, lease_held: bool = False) 
     metrics_log = MetricsLog(workdir / "metrics.jsonl", start_step, primary, wandb)
     log = StepLog(spec, data, metrics_log, bar,
                   budget.matmul_flops_per_token(spec.shape()) * spec.tokens_per_step
-                  * max(1, len(trials)), peak_total)  # MFU counts every trial's FLOPs
+                  * max(1, len(trials)), peak_total, peak_src)  # MFU counts every trial's FLOPs
     evaluate = (trials_lib.TrialsEvaluator(single, data, config.train.curve_eval_windows,
                                            len(trials)) if trials
                 else Evaluator(program, data, config.train.curve_eval_windows))

@@ -7,6 +7,7 @@ import time
 
 import jax
 
+import chinchax.train.mfu as mfu_lib
 from chinchax.train.metrics import MetricsLog
 from chinchax.train.rundata import RunData
 
@@ -26,9 +27,9 @@ class StepLog:
   """
 
   def __init__(self, spec, data: RunData, metrics: MetricsLog, bar, flops_per_step: float,
-               peak_total: float):
+               peak_total: float, peak_src: str = ""):
     self.spec, self.data, self.metrics, self.bar = spec, data, metrics, bar
-    self.flops_per_step, self.peak_total = flops_per_step, peak_total
+    self.flops_per_step, self.peak_total, self.peak_src = flops_per_step, peak_total, peak_src
     self.eval_loss = float("nan")
     self.eval_loss_se = None  # standard error over the fixed eval windows (train.eval_windows > 0)
     self.timed_steps, self.timed_seconds = 0, 0.0
@@ -82,7 +83,16 @@ class StepLog:
     self.timed_seconds += dt
     step_time = dt / self._window_steps
     return {"step_time_s": step_time, "tokens_per_s": self.spec.tokens_per_step / step_time,
-            "mfu": self.flops_per_step / step_time / self.peak_total}
+            "mfu": self.mfu(step_time)}
+
+  def mfu(self, step_time: float) -> float:
+    """Model FLOPs utilisation at ``step_time`` seconds per step; a calibrated CPU peak that a
+    step outruns is measured again first (:func:`chinchax.train.mfu.checked_peak`)."""
+    achieved = self.flops_per_step / step_time
+    if achieved > self.peak_total:
+      self.peak_total, self.peak_src = mfu_lib.checked_peak(achieved, self.peak_total,
+                                                            self.peak_src)
+    return achieved / self.peak_total
 
   def trained_seconds(self) -> float:
     """Seconds of timed steps so far in this call (closed windows plus the open one); 0.0
