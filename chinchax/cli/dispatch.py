@@ -25,12 +25,14 @@ import importlib
 import importlib.metadata
 import importlib.util
 import io
+import signal
 import sys
 
 from chinchax import console
 from chinchax.storage import diskfull
 from chinchax import errors
 from chinchax.runtime import interrupts
+from chinchax.runtime import watchdog
 from chinchax.cli import helptext
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
@@ -120,10 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     return errors.USER_ERROR_EXIT_CODE
   except KeyboardInterrupt as e:  # one line: a stage's own (what it kept), else the general one
     line = str(e) if isinstance(e, errors.InterruptedWith) else interrupts.message()
+    status = interrupts.INTERRUPTED_EXIT_CODE
+    if watchdog.last_signal() == signal.SIGTERM:  # a store build stopped by SIGTERM: requeue
+      status, line = watchdog.PREEMPTED_EXIT_CODE, line.replace("interrupted", "preempted", 1)
     print(f"\n{line}", file=sys.stderr)
     if command:
-      interrupts.exit_now(interrupts.INTERRUPTED_EXIT_CODE)  # see chinchax.runtime.interrupts
-    return interrupts.INTERRUPTED_EXIT_CODE
+      interrupts.exit_now(status)  # see chinchax.runtime.interrupts
+    return status
   except BrokenPipeError:  # the reader left, e.g. `chinchax plan ... | head`
     console.discard(sys.stdout)
     # Done, only the output was cut: 0. Stopped part-way: 141 (128 + SIGPIPE), as a shell says.

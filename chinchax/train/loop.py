@@ -11,8 +11,10 @@ checkpoint, finiteness and preemption checks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import pathlib
 import time
 
@@ -26,6 +28,7 @@ from chinchax.runtime import distributed as distributed_lib
 from chinchax.storage import diskfull
 from chinchax import errors
 from chinchax.runtime import interrupts
+from chinchax.runtime import watchdog
 from chinchax.storage import paths as paths_lib
 from chinchax.model import sharding as sharding_lib
 from chinchax.tracking import wandblog
@@ -98,7 +101,32 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       after Ctrl-C) reached a step boundary; the checkpoint of that step is saved and every
       writer closed first.
   """
+  workdir = str(ckpt.directory.parent)
+  with contextlib.ExitStack() as regions:  # a command: a stall, a stop, each one line
+    regions.enter_context(watchdog.watch(config.train.stall_timeout_s, stall_hint(config)))
+    if start_step:
+      watchdog.saved(f"the last checkpoint is at step {start_step} in {workdir}")
+    return _steps(config, program, data, state, start_step, ckpt, log, evaluate, regions)
+
+
+def stall_hint(config) -> str:
+  """What to do after a run stalled (``train.stall_timeout_s``): its storage, its devices."""
+  scheme, _, rest = str(config.workdir).partition("://")
+  where = (f"check that {scheme}://{rest.split('/')[0]} is reachable"
+           if paths_lib.is_url(config.workdir) else "")
+  cpu = (f"with {config.mesh.num_cpu_devices} virtual CPU devices on {os.cpu_count()} cores, an "
+         f"XLA collective may have stalled: rerun with --config.mesh.num_cpu_devices=1"
+         if config.mesh.num_cpu_devices > 1 and jax.default_backend() == "cpu" else "")
+  todo = " or ".join(w for w in (where, cpu) if w) or "check the devices and the storage"
+  return (f"{todo}, then rerun the same command to resume from the last checkpoint "
+          f"(train.stall_timeout_s={config.train.stall_timeout_s:g} sets this limit)")
+
+
+def _steps(config, program, data: RunData, state, start_step: int,
+           ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate, regions):
+  """The body of :func:`_run_steps`; enters ``regions``' keeping after the first step."""
   t, spec = config.train, program.spec
+  workdir = str(ckpt.directory.parent)
   eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
   prof = StepProfiler(config, ckpt.directory.parent, start_step)  # train.profile_steps
   for step, local_batch in data.batches.iterator(start_step, num_threads=config.data.read_threads):
@@ -107,6 +135,9 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     state, metrics = program.step(state, program.global_batch(local_batch))
     prof.after(step + 1, state)
     log.stepped(state, t_dispatch)
+    watchdog.beat(f"step {step + 2} of {workdir}")
+    if step == start_step:  # trained steps to save: a signal stops at a step boundary
+      regions.enter_context(watchdog.keeping())
     log.watch(step + 1, metrics)
     done = step + 1
     stop = t.stop_after_s > 0 and log.trained_seconds() >= t.stop_after_s
@@ -154,13 +185,17 @@ def _save(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, st
       rows so far are written and the logs closed first.
   """
   _check_finite(config, log, ckpt, done, state)
+  where = ckpt.directory.parent
+  watchdog.beat(f"writing the metrics of step {done} to {where}")
   log.flush()
   log.metrics.sync()  # every row so far is in metrics.jsonl before the checkpoint can commit
+  watchdog.beat(f"saving the checkpoint of step {done} in {where}")
   try:
     ckpt.save(done, state, force=force)
   except (checkpoint_lib.CheckpointError, diskfull.DiskFull):
     log.close()
     raise
+  watchdog.saved(f"the last checkpoint started is at step {done} in {where}")
 
 
 def _check_finite(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int,
@@ -200,9 +235,11 @@ def _check_finite(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done:
 def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: StepLog) -> None:
   """Writes the last row, waits for checkpoint writes, closes the logs and the bar."""
   log.flush()
+  watchdog.beat(f"finishing the checkpoint writes in {ckpt.directory}")
   try:
     ckpt.wait_and_close()
   finally:
+    watchdog.beat(f"closing the logs in {ckpt.directory.parent}")
     log.close()
 
 
