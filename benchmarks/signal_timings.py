@@ -35,7 +35,7 @@ def chinchax_command() -> str:
   return str(here) if here.exists() else shutil.which("chinchax")
 
 
-def train_cmd(root: pathlib.Path, workdir: pathlib.Path, steps: int = 100_000) -> list[str]:
+def train_cmd(root: pathlib.Path, workdir: pathlib.Path, steps: int = 5000) -> list[str]:
   """A tiny run over ``root/corpus`` with its store under ``root/stores``."""
   return [chinchax_command(), "train", f"--config={REPO}/configs/train.py:tiny",
           f"--config.workdir={workdir}", "--config.data.source=files",

@@ -30,6 +30,7 @@ import sys
 
 from chinchax import console
 from chinchax.storage import diskfull
+from chinchax.storage import gcs
 from chinchax import errors
 from chinchax.runtime import interrupts
 from chinchax.runtime import watchdog
@@ -133,10 +134,24 @@ def main(argv: list[str] | None = None) -> int:
     console.discard(sys.stdout)
     # Done, only the output was cut: 0. Stopped part-way: 141 (128 + SIGPIPE), as a shell says.
     return 0 if finished else 141
-  except OSError as e:  # a full disk where no step names it (a ladder lease, the fit's files)
-    if not diskfull.is_disk_full(e):
+  except Exception as e:  # noqa: BLE001 — the storage stopped answering: one line, else raised
+    why = gcs.unreachable(e)
+    if why is None:
+      if isinstance(e, OSError) and diskfull.is_disk_full(e):
+        return _disk_full(e)
       raise
-    print(f"error: the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}); "
-          f"{diskfull.size(diskfull.free_bytes(e.filename or '.') or 0)} are free; free some "
-          f"space and rerun the same command (what was written before is kept)", file=sys.stderr)
-    return errors.USER_ERROR_EXIT_CODE
+    doing = f" while {watchdog.doing()}" if watchdog.doing() else ""
+    kept = watchdog.last_saved() or "no checkpoint of this run was saved"
+    print(f"error: the storage at {gcs.endpoint()} stopped answering{doing} ({why}); {kept}; "
+          f"rerun the same command once it answers again to resume from there", file=sys.stderr)
+    if command:  # no teardown: the clients' exit hooks would retry each upload for minutes
+      interrupts.exit_now(watchdog.UNAVAILABLE_EXIT_CODE)
+    return watchdog.UNAVAILABLE_EXIT_CODE
+
+
+def _disk_full(e: OSError) -> int:
+  """A full disk where no step names it (a ladder lease, the fit's files): one line, exit 2."""
+  print(f"error: the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}); "
+        f"{diskfull.size(diskfull.free_bytes(e.filename or '.') or 0)} are free; free some "
+        f"space and rerun the same command (what was written before is kept)", file=sys.stderr)
+  return errors.USER_ERROR_EXIT_CODE

@@ -24,7 +24,7 @@ first import (:func:`install`, from ``chinchax.cli.start``, before JAX):
 * a stall watch (:func:`watch`): when no :func:`beat` came for the given
   number of seconds (a step stalled in an XLA collective on a loaded host, a
   storage server that froze) the thread ends the process with one line that
-  says what stalled and what to do, exit status :data:`STALLED_EXIT_CODE`.
+  says what stalled and what to do, exit status :data:`UNAVAILABLE_EXIT_CODE`.
 
 A process that did not call :func:`install` (chinchax used as a library,
 the tests) keeps Python's behaviour: nothing here acts. Imports only the
@@ -44,7 +44,7 @@ import time
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a Ctrl-C'd command
 PREEMPTED_EXIT_CODE = 75     # sysexits EX_TEMPFAIL: stopped on request, relaunch to resume
-STALLED_EXIT_CODE = 69       # sysexits EX_UNAVAILABLE: a step or its storage made no progress
+UNAVAILABLE_EXIT_CODE = 69   # sysexits EX_UNAVAILABLE: a step stalled, or its storage stopped answering
 # After a stop request, how long the main thread may take to reach a step boundary and start
 # its checkpoint (a preemption notice is 30 s on Cloud TPU and Compute Engine).
 SIGNAL_GRACE_S = 20.0
@@ -162,8 +162,9 @@ def _check(now: float) -> None:
   if stall > 0 and now - _state["beat"] > stall:
     doing = f" while {_state['doing']}" if _state["doing"] else ""
     saved = f"; {_state['saved']}" if _state["saved"] else ""
-    end(STALLED_EXIT_CODE, f"error: no progress for {stall:g} s{doing}{saved}; "
-        f"{_state['stall_hint']}")
+    hint = _state["stall_hint"]
+    end(UNAVAILABLE_EXIT_CODE, f"error: no progress for {stall:g} s{doing}{saved}; "
+        f"{hint(_state['doing']) if callable(hint) else hint}")
 
 
 def _in_child() -> None:
@@ -211,6 +212,16 @@ def beat(doing: str = "") -> None:
   _state["doing"] = doing
 
 
+def doing() -> str:
+  """What the run was doing at its last :func:`beat` ("" before any)."""
+  return _state["doing"]
+
+
+def last_saved() -> str:
+  """Where the last checkpoint is, as :func:`saved` last recorded it ("" before any)."""
+  return _state["saved"]
+
+
 def saved(where: str) -> None:
   """Records where the last checkpoint is (``"the checkpoint of step 40 in DIR"``)."""
   _state["saved"] = where
@@ -242,9 +253,10 @@ def raising():
 
 
 @contextlib.contextmanager
-def watch(stall_s: float, hint: str):
-  """Ends the command with one line (exit :data:`STALLED_EXIT_CODE`) when no :func:`beat` comes
-  for ``stall_s`` seconds inside the region (0: no watch); ``hint`` says what to do."""
+def watch(stall_s: float, hint):
+  """Ends the command with one line (exit :data:`UNAVAILABLE_EXIT_CODE`) when no :func:`beat` comes
+  for ``stall_s`` seconds inside the region (0: no watch); ``hint`` says what to do (a string, or
+  a function of what the run was doing, :func:`doing`)."""
   previous = _state["stall_s"], _state["stall_hint"]
   _state["stall_s"], _state["stall_hint"] = float(stall_s), hint
   beat("the first step (compiling)")

@@ -109,17 +109,24 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     return _steps(config, program, data, state, start_step, ckpt, log, evaluate, regions)
 
 
-def stall_hint(config) -> str:
-  """What to do after a run stalled (``train.stall_timeout_s``): its storage, its devices."""
+def stall_hint(config):
+  """What to do after a run stalled (``train.stall_timeout_s``), as a function of what it was
+  doing: writing to a bucket → check the bucket; a step on virtual CPU devices → fewer of them."""
   scheme, _, rest = str(config.workdir).partition("://")
-  where = (f"check that {scheme}://{rest.split('/')[0]} is reachable"
-           if paths_lib.is_url(config.workdir) else "")
-  cpu = (f"with {config.mesh.num_cpu_devices} virtual CPU devices on {os.cpu_count()} cores, an "
-         f"XLA collective may have stalled: rerun with --config.mesh.num_cpu_devices=1"
-         if config.mesh.num_cpu_devices > 1 and jax.default_backend() == "cpu" else "")
-  todo = " or ".join(w for w in (where, cpu) if w) or "check the devices and the storage"
-  return (f"{todo}, then rerun the same command to resume from the last checkpoint "
-          f"(train.stall_timeout_s={config.train.stall_timeout_s:g} sets this limit)")
+  bucket = f"{scheme}://{rest.split('/')[0]}"
+  cpu = config.mesh.num_cpu_devices > 1 and jax.default_backend() == "cpu"
+  again = ("then rerun the same command to resume from the last checkpoint "
+           f"(train.stall_timeout_s={config.train.stall_timeout_s:g} sets this limit)")
+
+  def hint(doing: str) -> str:
+    if paths_lib.is_url(config.workdir) and "://" in doing:
+      return f"check that {bucket} is reachable, {again}"
+    if cpu:
+      return (f"an XLA collective between {config.mesh.num_cpu_devices} virtual CPU devices on "
+              f"{os.cpu_count()} cores may have stalled: {again} and "
+              f"--config.mesh.num_cpu_devices=1")
+    return f"check the devices and the storage, {again}"
+  return hint
 
 
 def _steps(config, program, data: RunData, state, start_step: int,
