@@ -2,8 +2,8 @@
 lines printed on stderr, delay from the signal to the exit.
 
 Each try starts the `chinchax` console script (the installed command, as a user types it) on
-a tiny run whose token store is already built, sends one signal ``t`` seconds after the start
-and waits for the exit. Every row must read 130 (SIGINT) or 75 (SIGTERM) with one line.
+a tiny run whose token store is already built, sends one signal ``t`` seconds after the
+command started (its ``execve``) and waits for the exit. Every row must read 130 (SIGINT) or 75 (SIGTERM) with one line.
 
   python benchmarks/signal_timings.py --until 10 --step 0.2 --tries 3 --out signal_table.md
 
@@ -61,11 +61,25 @@ def make_corpus(root: pathlib.Path) -> None:
                  capture_output=True)
 
 
+def exec_time(proc) -> float:
+  """The moment ``proc`` runs the command (``execve`` done; a signal between ``fork`` and
+  ``execve`` would reach the forked copy of this script, not the command)."""
+  cmdline = pathlib.Path(f"/proc/{proc.pid}/cmdline")
+  while proc.poll() is None:
+    try:
+      if b"chinchax" in cmdline.read_bytes():
+        break
+    except OSError:
+      break
+    time.sleep(0.001)
+  return time.monotonic()
+
+
 def one_try(cmd: list[str], at_s: float, signum: int, timeout_s: float = 120.0) -> dict:
   """Starts ``cmd``, sends ``signum`` ``at_s`` seconds later; exit status, stderr lines, delay."""
   with tempfile.TemporaryFile() as err:
-    start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
+    start = exec_time(proc)
     time.sleep(max(0.0, at_s - (time.monotonic() - start)))
     sent = time.monotonic()
     if proc.poll() is None:

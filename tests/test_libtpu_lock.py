@@ -57,7 +57,7 @@ def test_compile_while_another_process_holds_libtpus_lock_names_it(tmp_path):
   inner = (f"mount -t tmpfs tmpfs /tmp || exit 99; "
            f"{sys.executable} {script} /tmp/libtpu_lockfile 300 > {tmp_path}/held & holder=$!; "
            f"while ! grep -q held {tmp_path}/held 2>/dev/null; do sleep 0.1; done; "
-           f"JAX_PLATFORMS=cpu {sys.executable} -m chinchax.cli compile --topology v5e-8 "
+           f"HOME={tmp_path} JAX_PLATFORMS=cpu {sys.executable} -m chinchax.cli compile --topology v5e-8 "
            f"--no-cache --config {REPO}/configs/train.py:tiny; status=$?; "
            f"kill $holder; exit $status")
   r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", inner],

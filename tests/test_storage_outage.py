@@ -94,9 +94,23 @@ def test_a_storage_outage_ends_in_one_line_and_the_run_resumes_bitwise(
                            cwd=REPO)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from checkpoint at step" in again.stdout
+    assert "WARNING:absl" not in again.stderr, again.stderr[-3000:]  # orbax's resume notes
     resumed = _losses(_object(server, "run/metrics.jsonl"))
     assert resumed == _losses((tmp_path / "ref" / "metrics.jsonl").read_text())
   finally:
     server.proc.send_signal(signal.SIGCONT)
     server.proc.kill()
     server.proc.wait()
+
+
+def test_orbax_notes_on_what_a_run_does_on_purpose_are_dropped():
+  import logging
+  from chinchax.checkpoint import manager
+  keep = manager._OrbaxErrors()  # noqa: SLF001 — the filter on absl's logger
+  where = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+  wait = logging.LogRecord("absl", logging.WARNING, where, 1, "Waiting for previous save to "
+                           "complete took %f seconds. If this", (3.0,), None)
+  other = logging.LogRecord("absl", logging.WARNING, where, 1, "a step %d is missing", (4,), None)
+  mine = logging.LogRecord("absl", logging.WARNING, "/x/mine.py", 1, "Waiting for previous save "
+                           "to complete", (), None)
+  assert [keep.filter(r) for r in (wait, other, mine)] == [False, True, True]
