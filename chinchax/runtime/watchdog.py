@@ -20,7 +20,9 @@ first import (:func:`install`, from ``chinchax.cli.start``, before JAX):
   thread does not reach a boundary (:func:`beat`) within :data:`SIGNAL_GRACE_S`
   the thread ends the process with the line, naming the last checkpoint.
   Inside :func:`raising` (a token store build) the handlers raise
-  ``KeyboardInterrupt`` so the build removes its partial files;
+  ``KeyboardInterrupt`` so the build removes its partial files; inside
+  :func:`deferring` (a ladder, which stops its workers and releases its
+  leases itself) the run's own handlers decide, as in a library;
 * a stall watch (:func:`watch`): when no :func:`beat` came for the given
   number of seconds (a step stalled in an XLA collective on a loaded host, a
   storage server that froze) the thread ends the process with one line that
@@ -126,7 +128,7 @@ def _on_signal(signum, frame):
   """The command's handler until a verb installs its own: end at once, or raise inside
   :func:`raising`."""
   _record(signum)
-  if _state["mode"] == "raise":
+  if _state["mode"] == "raise" or _state["mode"] == "defer" and signum == signal.SIGINT:
     raise KeyboardInterrupt
   end(exit_code(signum), ("\n" if signum == signal.SIGINT else "") + stop_line(signum))
 
@@ -153,7 +155,7 @@ def _watch(rfd: int) -> None:
 
 def _check(now: float) -> None:
   signum, at = _state["signal"], _state["signal_at"]
-  if signum is not None and _state["mode"] != "exit":
+  if signum is not None and _state["mode"] in ("keep", "raise"):
     if now - max(at, _state["beat"]) > SIGNAL_GRACE_S:
       doing = f" ({_state['doing']})" if _state["doing"] else ""
       end(exit_code(signum), stop_line(signum, _state["saved"]) + f"; stopped without a new "
@@ -234,6 +236,19 @@ def keeping():
   previous = _state["mode"]
   _state["mode"] = "keep"
   beat(_state["doing"])
+  try:
+    yield
+  finally:
+    _state["mode"] = previous
+
+
+@contextlib.contextmanager
+def deferring():
+  """A region whose own signal handlers decide (a ladder stopping its workers and releasing its
+  leases): the watching thread only records a signal there; :func:`keeping` inside it still
+  bounds a run's stop."""
+  previous = _state["mode"]
+  _state["mode"] = "defer"
   try:
     yield
   finally:
