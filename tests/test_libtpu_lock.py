@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -49,19 +50,23 @@ def test_the_holder_of_a_lock_is_found_in_proc_locks(tmp_path):
 
 
 @pytest.mark.skipif(not topology.libtpu_available(), reason="libtpu is not installed")
-def test_compile_while_another_process_holds_libtpus_lock_names_it(tmp_path):
+def test_compile_while_another_process_holds_libtpus_lock_names_it():
   if shutil.which("unshare") is None:
     pytest.skip("unshare is not installed")
-  script = tmp_path / "hold.py"
+  work = pathlib.Path(tempfile.mkdtemp(dir="/var/tmp"))  # seen under the private /tmp too
+  script = work / "hold.py"
   script.write_text(HOLD)
   inner = (f"mount -t tmpfs tmpfs /tmp || exit 99; "
-           f"{sys.executable} {script} /tmp/libtpu_lockfile 300 > {tmp_path}/held & holder=$!; "
-           f"while ! grep -q held {tmp_path}/held 2>/dev/null; do sleep 0.1; done; "
-           f"HOME={tmp_path} JAX_PLATFORMS=cpu {sys.executable} -m chinchax.cli compile --topology v5e-8 "
+           f"{sys.executable} {script} /tmp/libtpu_lockfile 300 > {work}/held & holder=$!; "
+           f"while ! grep -q held {work}/held 2>/dev/null; do sleep 0.1; done; "
+           f"HOME={work} JAX_PLATFORMS=cpu {sys.executable} -m chinchax.cli compile --topology v5e-8 "
            f"--no-cache --config {REPO}/configs/train.py:tiny; status=$?; "
            f"kill $holder; exit $status")
-  r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", inner],
-                     capture_output=True, text=True, timeout=900, cwd=REPO)
+  try:  # HOME: chinchax's own per-user lock is private too (no wait for other compiles)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", inner],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
   if r.returncode == 99 or "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
     pytest.skip(f"no private /tmp here: {r.stderr.strip()[:200]}")
   errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]

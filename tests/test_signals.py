@@ -142,3 +142,15 @@ def test_a_stalled_step_ends_in_one_line(tmp_path):
   assert (out.returncode, len(lines)) == (69, 1), out.stderr
   assert lines[0].startswith("error: no progress for 3 s") and "fewer devices" in lines[0]
   assert time.monotonic() - start < 300
+
+
+def test_only_the_chinchax_command_installs_the_handlers():
+  from chinchax.runtime import watchdog
+  assert watchdog.is_command("/venv/bin/chinchax", ["/venv/bin/python", "/venv/bin/chinchax"])
+  assert watchdog.is_command("-m", ["python", "-X", "importtime", "-m", "chinchax.cli", "train"])
+  assert not watchdog.is_command("/venv/bin/pytest", ["python", "-m", "pytest", "chinchax"])
+  # a library user's process (a notebook, a test) keeps Python's own handling
+  out = subprocess.run([sys.executable, "-c", "import signal, chinchax.cli; "
+                        "print(signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1))"],
+                       capture_output=True, text=True, timeout=120)
+  assert out.stdout.split() == ["Handlers.SIG_DFL", "-1"], out.stderr[-2000:]

@@ -156,6 +156,7 @@ def _steps(config, program, data: RunData, state, start_step: int,
       log.defer(done, metrics, extra)  # written at the next step: eval fills ``extra`` first
       _check_finite(config, log, ckpt, done)
       if is_eval:
+        watchdog.beat(f"evaluating at step {done} of {workdir}")
         log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state, final=is_last)
         extra["eval_loss"] = log.eval_loss
         extra.update(evaluate.row_fields())
