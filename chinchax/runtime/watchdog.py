@@ -128,6 +128,8 @@ def _on_signal(signum, frame):
   """The command's handler until a verb installs its own: end at once, or raise inside
   :func:`raising`."""
   _record(signum)
+  if _state["mode"] == "keep":  # the run's own handler was not installed: the grace decides
+    return
   if _state["mode"] == "raise" or _state["mode"] == "defer" and signum == signal.SIGINT:
     raise KeyboardInterrupt
   end(exit_code(signum), ("\n" if signum == signal.SIGINT else "") + stop_line(signum))
