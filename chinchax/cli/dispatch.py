@@ -88,8 +88,9 @@ def _verb_help(verb: str, rest: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the ``chinchax`` command; returns its exit status.
 
-  0 done (or ``--help``), 2 a user error (one ``error:`` line on stderr),
-  75 preempted after a checkpoint, 130 interrupted by Ctrl-C.
+  0 done (or ``--help``), 2 a user error (one ``error:`` line on stderr), 69 the storage
+  stopped answering or a step stalled (one line, :mod:`chinchax.runtime.watchdog`),
+  75 preempted (SIGTERM), 130 interrupted by Ctrl-C.
   """
   command = argv is None  # the `chinchax` command itself, not a call from Python
   argv = list(sys.argv[1:] if argv is None else argv)
