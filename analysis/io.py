@@ -310,3 +310,24 @@ def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> No
       f.write(json.dumps(row) + "\n")
     for rid in failed:
       f.write(json.dumps({"run_id": rid, "status": "failed"}) + "\n")
+
+
+def save_figure_atomic(fig, path: str, **savefig_kw) -> None:
+  """``fig.savefig(path, **savefig_kw)`` written to ``path.tmp-PID`` and renamed: a reader (or a
+  full disk) never sees a truncated figure, and a failed write leaves no file. The format comes
+  from ``path``'s extension unless ``format`` is given.
+
+  Raises:
+    OSError: the write failed (the temporary file is removed first).
+  """
+  fmt = savefig_kw.pop("format", None) or os.path.splitext(path)[1].lstrip(".")
+  tmp = f"{path}.tmp-{os.getpid()}"
+  try:
+    fig.savefig(tmp, format=fmt, **savefig_kw)
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.remove(tmp)
+    except OSError:
+      pass
+    raise

@@ -49,12 +49,14 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def start(root: pathlib.Path) -> FakeGcs:
-  """Starts the server with bucket :data:`BUCKET` under ``root``; waits until it answers."""
+def start(root: pathlib.Path, port: int | None = None) -> FakeGcs:
+  """Starts the server with bucket :data:`BUCKET` under ``root`` (on ``port``, default a free
+  one; the same ``root`` and port bring a stopped server back with its objects); waits until it
+  answers."""
   exe = server_binary()
   seed = root / "seed"
   (seed / BUCKET).mkdir(parents=True, exist_ok=True)
-  port = _free_port()
+  port = port or _free_port()
   proc = subprocess.Popen(
       [str(exe), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-data", str(seed),
        "-backend", "filesystem", "-filesystem-root", str(root / "objects"), "-log-level", "error"],

@@ -34,6 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
+from analysis import io as io_lib
 from analysis.isotime import steptime_cv
 
 _MARKERS = {"flops": "o", "bytes": "s", "flops+bytes": "D", "roofline": "^", "xla-flops": "v",
@@ -187,8 +188,10 @@ def plot_step_time(data: dict, path: str) -> None:
   ax.set_title("Step-time predictors, leave one shape out (Inbar & Sernau 2024)", fontsize=9)
   ax.legend(fontsize=7)
   ax.grid(True, which="both", alpha=0.2)
-  fig.savefig(path, format="png", dpi=130, bbox_inches="tight")
-  plt.close(fig)
+  try:
+    io_lib.save_figure_atomic(fig, path, format="png", dpi=130, bbox_inches="tight")
+  finally:
+    plt.close(fig)
 
 
 def plot_loss_vs_aspect(data: dict, path: str) -> None:
@@ -213,8 +216,10 @@ def plot_loss_vs_aspect(data: dict, path: str) -> None:
   ax.set_title("Loss vs aspect at equal N and equal training time (★ lowest)", fontsize=9)
   ax.legend(fontsize=6, ncol=2)
   ax.grid(True, which="both", alpha=0.2)
-  fig.savefig(path, format="png", dpi=130, bbox_inches="tight")
-  plt.close(fig)
+  try:
+    io_lib.save_figure_atomic(fig, path, format="png", dpi=130, bbox_inches="tight")
+  finally:
+    plt.close(fig)
 
 
 def write_outputs(data: dict, out_dir: str, *, figures: bool = True) -> list[str]:

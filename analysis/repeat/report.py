@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 
 from chinchax.laws import parametric as laws
 from chinchax.laws import repeat as lr
+from analysis import io as io_lib
 from analysis.isoflop import approach3
 from analysis.repeat import fit as fr
 from analysis.runs import Runs  # noqa: E402
@@ -280,7 +281,12 @@ def save_figure(fig, out_dir: str, stem: str) -> list[str]:
   paths = []
   for ext in ("png", "svg"):
     path = os.path.join(out_dir, f"{stem}.{ext}")
-    fig.savefig(path, dpi=130 if ext == "png" else None, bbox_inches="tight")
+    try:
+      io_lib.save_figure_atomic(fig, path, dpi=130 if ext == "png" else None,
+                                bbox_inches="tight")
+    except BaseException:
+      plt.close(fig)
+      raise
     paths.append(path)
   plt.close(fig)
   return paths

@@ -42,6 +42,8 @@ MAX_2D_CHIPS = 256
 LOCK_PATH = pathlib.Path(os.path.expanduser("~/.cache/chinchax/libtpu.lock"))
 LOCK_TIMEOUT_S = 900.0
 _lock_file = None  # held for the life of the process once libtpu is in use
+# libtpu's own lock: a POSIX (fcntl) write lock its process holds for as long as it lives.
+LIBTPU_LOCKFILE = pathlib.Path("/tmp/libtpu_lockfile")
 
 
 class AotError(errors.UserError):
@@ -207,6 +209,51 @@ def _take_libtpu_lock() -> None:
   _lock_file = f
 
 
+def lock_holders(path: pathlib.Path, locks: str | None = None) -> list[int]:
+  """The ids of the processes holding a POSIX or flock lock on ``path``, read from
+  ``/proc/locks`` (``locks``: its text); [] when none does or the file is absent."""
+  try:
+    st = os.stat(path)
+    text = pathlib.Path("/proc/locks").read_text() if locks is None else locks
+  except OSError:
+    return []
+  want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+  pids = []
+  for line in text.splitlines():  # "1: POSIX  ADVISORY  WRITE 2798 00:29:2 0 EOF"
+    fields = line.split()
+    if len(fields) < 6 or "->" in fields[1]:  # a waiter's line, not a holder's
+      continue
+    try:
+      major, minor, inode = fields[5].split(":")
+      key = (int(major, 16), int(minor, 16), int(inode))
+      pid = int(fields[4])
+    except ValueError:
+      continue
+    if key == want and pid not in pids and pid != os.getpid():
+      pids.append(pid)
+  return pids
+
+
+def _command_line(pid: int) -> str:
+  try:
+    raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+  except OSError:
+    return "?"
+  return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)[:160] or "?"
+
+
+def libtpu_lock_message(path: pathlib.Path = LIBTPU_LOCKFILE, locks: str | None = None) -> str | None:
+  """Why libtpu cannot start in this process when another one holds its lock ``path``: which
+  process (id and command line) and what to do; None when no process holds it."""
+  pids = lock_holders(path, locks)
+  if not pids:
+    return None
+  who = "; ".join(f"process {pid} ({_command_line(pid)})" for pid in pids)
+  kill = " ".join(str(p) for p in pids)
+  return (f"libtpu runs in one process at a time and {who} holds its lock {path}; wait for it "
+          f"to finish (or stop it: kill {kill}) and rerun; do not delete {path} while it runs")
+
+
 def warn_if_locked() -> None:
   """Says so when another process holds the libtpu lock (a child compile will wait for it)."""
   if not LOCK_PATH.exists():
@@ -260,6 +307,9 @@ def compile_devices(target: Target) -> list:
     kwargs = dict(platform="cuda", target_config=text, topology=target.topology)
   else:
     _take_libtpu_lock()
+    held = libtpu_lock_message()
+    if held:  # libtpu itself would fail with advice to delete a live process's lock
+      raise AotError(f"cannot describe {target.spec}: {held}")
     kwargs = dict(platform="tpu", topology_name=target.topology)
     if target.topology.endswith(":1x1"):
       kwargs["chips_per_host_bounds"] = (1, 1, 1)
@@ -269,6 +319,9 @@ def compile_devices(target: Target) -> list:
     with quiet_stderr():
       desc = topologies.get_topology_desc(**kwargs)
   except Exception as e:  # JaxRuntimeError, NotImplementedError: JAX's text says why
+    held = libtpu_lock_message() if "lockfile" in str(e) else None
+    if held:
+      raise AotError(f"cannot describe {target.spec}: {held}") from None
     raise AotError(f"JAX cannot describe {target.spec} ({target.topology}): "
                    f"{str(e).splitlines()[0]}") from None
   devices = list(desc.devices)

@@ -21,12 +21,21 @@ from chinchax.checkpoint.integrity import (CheckpointError, Unusable, check_shap
                                            read_failure, saved_steps, state_sums, verify_sums)
 
 
+# orbax warnings that say what a run does on purpose: a save waits for the previous one (on a
+# bucket, at every save of a short run), a resume after a kill replaces the unfinished save.
+_ORBAX_NOISE = ("Waiting for previous save to complete",
+                "Removing existing directory since it is not finalized")
+
+
 class _OrbaxErrors(logging.Filter):
   """Drops orbax's own ERROR records (tracebacks of a failed background write): the
-  :class:`Checkpointer` reports the failure once, as one line, where it surfaces."""
+  :class:`Checkpointer` reports the failure once, as one line, where it surfaces; and the
+  warnings of :data:`_ORBAX_NOISE`."""
 
   def filter(self, record: logging.LogRecord) -> bool:
-    return not (record.levelno >= logging.ERROR and "orbax" in record.pathname
+    orbax = "orbax" in record.pathname
+    return not (record.levelno >= logging.ERROR and orbax
+                or orbax and any(n in str(record.msg) for n in _ORBAX_NOISE)
                 or record.name == "asyncio" and "orbax" in record.getMessage())
 
 

@@ -25,12 +25,15 @@ import importlib
 import importlib.metadata
 import importlib.util
 import io
+import signal
 import sys
 
 from chinchax import console
 from chinchax.storage import diskfull
+from chinchax.storage import gcs
 from chinchax import errors
 from chinchax.runtime import interrupts
+from chinchax.runtime import watchdog
 from chinchax.cli import helptext
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
@@ -85,8 +88,9 @@ def _verb_help(verb: str, rest: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the ``chinchax`` command; returns its exit status.
 
-  0 done (or ``--help``), 2 a user error (one ``error:`` line on stderr),
-  75 preempted after a checkpoint, 130 interrupted by Ctrl-C.
+  0 done (or ``--help``), 2 a user error (one ``error:`` line on stderr), 69 the storage
+  stopped answering or a step stalled (one line, :mod:`chinchax.runtime.watchdog`),
+  75 preempted (SIGTERM), 130 interrupted by Ctrl-C.
   """
   command = argv is None  # the `chinchax` command itself, not a call from Python
   argv = list(sys.argv[1:] if argv is None else argv)
@@ -120,18 +124,35 @@ def main(argv: list[str] | None = None) -> int:
     return errors.USER_ERROR_EXIT_CODE
   except KeyboardInterrupt as e:  # one line: a stage's own (what it kept), else the general one
     line = str(e) if isinstance(e, errors.InterruptedWith) else interrupts.message()
+    status = interrupts.INTERRUPTED_EXIT_CODE
+    if watchdog.last_signal() == signal.SIGTERM:  # a store build stopped by SIGTERM: requeue
+      status, line = watchdog.PREEMPTED_EXIT_CODE, line.replace("interrupted", "preempted", 1)
     print(f"\n{line}", file=sys.stderr)
     if command:
-      interrupts.exit_now(interrupts.INTERRUPTED_EXIT_CODE)  # see chinchax.runtime.interrupts
-    return interrupts.INTERRUPTED_EXIT_CODE
+      interrupts.exit_now(status)  # see chinchax.runtime.interrupts
+    return status
   except BrokenPipeError:  # the reader left, e.g. `chinchax plan ... | head`
     console.discard(sys.stdout)
     # Done, only the output was cut: 0. Stopped part-way: 141 (128 + SIGPIPE), as a shell says.
     return 0 if finished else 141
-  except OSError as e:  # a full disk where no step names it (a ladder lease, the fit's files)
-    if not diskfull.is_disk_full(e):
+  except Exception as e:  # noqa: BLE001 — the storage stopped answering: one line, else raised
+    why = gcs.unreachable(e)
+    if why is None:
+      if isinstance(e, OSError) and diskfull.is_disk_full(e):
+        return _disk_full(e)
       raise
-    print(f"error: the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}); "
-          f"{diskfull.size(diskfull.free_bytes(e.filename or '.') or 0)} are free; free some "
-          f"space and rerun the same command (what was written before is kept)", file=sys.stderr)
-    return errors.USER_ERROR_EXIT_CODE
+    doing = f" while {watchdog.doing()}" if watchdog.doing() else ""
+    kept = watchdog.last_saved() or "no checkpoint of this run was saved"
+    print(f"error: the storage at {gcs.endpoint()} stopped answering{doing} ({why}); {kept}; "
+          f"rerun the same command once it answers again to resume from there", file=sys.stderr)
+    if command:  # no teardown: the clients' exit hooks would retry each upload for minutes
+      interrupts.exit_now(watchdog.UNAVAILABLE_EXIT_CODE)
+    return watchdog.UNAVAILABLE_EXIT_CODE
+
+
+def _disk_full(e: OSError) -> int:
+  """A full disk where no step names it (a ladder lease, the fit's files): one line, exit 2."""
+  print(f"error: the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}); "
+        f"{diskfull.size(diskfull.free_bytes(e.filename or '.') or 0)} are free; free some "
+        f"space and rerun the same command (what was written before is kept)", file=sys.stderr)
+  return errors.USER_ERROR_EXIT_CODE

@@ -28,6 +28,7 @@ from chinchax import console
 from chinchax.runtime import distributed as distributed_lib
 from chinchax import errors
 from chinchax.runtime import interrupts
+from chinchax.runtime import watchdog
 from chinchax import ladder as ladder_lib
 from chinchax.storage import paths as paths_lib
 from chinchax.runtime import jax_settings as runtime
@@ -223,13 +224,15 @@ def main(argv: list[str]) -> int:
                   f"{plan.workdir}")
       _closing_block(config)
       return 0
-  if local_workers:
-    return _run_local(config, argv, worker_devices, machine_cores)
+  if local_workers:  # the ladder's own handlers stop its workers and release their leases
+    with watchdog.deferring():
+      return _run_local(config, argv, worker_devices, machine_cores)
   if ladder_lib.is_local_worker():
     ladder_lib.die_with_parent()
   distributed_lib.install_sigterm_handler()
   try:
-    table = ladder_lib.run_ladder(config)
+    with watchdog.deferring():
+      table = ladder_lib.run_ladder(config)
   except distributed_lib.Preempted as e:
     if not ladder_lib.is_local_worker():  # a local worker's parent reports it, once
       console.say(str(e), stream=sys.stderr, enabled=console.primary())

@@ -81,6 +81,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.profile_steps = 0             # > 0: a jax.profiler trace of this many steps into <workdir>/profile/ (xprof / TensorBoard's profile plugin); 0 = off
   t.profile_first_step = 3        # the first step traced (1-based; never a call's first step, which compiles)
   t.profile_all_processes = False # trace on every process, not only process 0
+  t.stall_timeout_s = 900.0       # a step (or its checkpoint write) making no progress this long ends the run in one line (exit 69; a stalled XLA collective, a storage server that froze); 0 = never
   t.stop_after_s = 0.0            # > 0: stop (evaluated and checkpointed, summary stopped_by_time) at the first step after this many seconds of timed training in this call (compilation, evals, checkpoints excluded); 0 = train all steps
   t.lr_multipliers = ""           # trials in one program: comma-separated multipliers of peak_lr, e.g. "0.5,1,2" ("" = one trial, ×1); see train/trials.py
   t.trial_seeds = ""              # trials in one program: comma-separated init seeds ("" = seed only); trials = lr_multipliers × trial_seeds, one shared batch stream

@@ -58,6 +58,7 @@ from chinchax.data import shards as shards_lib
 from chinchax.data import sources as sources_lib
 from chinchax.data import store as store_lib
 from chinchax.data import tokenizers as tokenizers_lib
+from chinchax.runtime import watchdog
 
 # Chunk writes a writer keeps in flight before it waits for the oldest.
 _WRITES_IN_FLIGHT = 4
@@ -205,8 +206,10 @@ def build(source, tokenizer, store_root: str, val_fraction: float, *,
     return final
   partial = final.with_name(f".{final.name}.partial")
   try:
-    return _build_into(source, tokenizer, info, final, partial, val_fraction, decode_errors,
-                       workers or shards_lib.default_workers(), int(shard_mb * 1e6), progress, timings, t0)
+    with watchdog.raising():  # a command's SIGINT/SIGTERM: the pool and partial files cleaned up
+      return _build_into(source, tokenizer, info, final, partial, val_fraction, decode_errors,
+                         workers or shards_lib.default_workers(), int(shard_mb * 1e6), progress,
+                         timings, t0)
   except KeyboardInterrupt:
     raise
   except sources_lib.DataError:  # deterministic: a rerun would fail the same way

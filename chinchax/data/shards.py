@@ -10,11 +10,14 @@ how an interrupted build resumes (``chinchax.data.builder``).
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import multiprocessing
 import os
 import pickle
 import signal
 import sys
+import traceback
 
 import numpy as np
 
@@ -26,6 +29,7 @@ from chinchax.data import store as store_lib
 # Counters of a shard (and of a store's manifest): documents read, empty skipped,
 # invalid UTF-8 replaced, invalid UTF-8 skipped.
 STATS = ("documents", "empty", "replaced", "skipped")
+TMP_INFIX = ".tmp-"  # a shard being written: <shard>.npz.tmp-<pid>, renamed when complete
 _worker_tokenizer = None
 
 
@@ -81,15 +85,28 @@ def tokenize_shard(path: str, docs: list[bytes], val_fraction: float, decode_err
   eos = np.array([tok.eos_id], dtype=tok.dtype)
   pieces = [p for a in ids for p in (a.astype(tok.dtype, copy=False), eos)]
   tokens = np.concatenate(pieces) if pieces else np.zeros(0, tok.dtype)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "wb") as f:
-    np.savez(f, tokens=tokens, doc_tokens=np.array([len(a) + 1 for a in ids], np.int64),
-             doc_bytes=np.array([len(t) for t in kept], np.int64),
-             doc_val=np.array(val, dtype=bool),
-             stats=np.array([stats[k] for k in STATS], np.int64),
-             replacement_chars=np.int64(replacement_chars))
-  os.replace(tmp, path)
+  tmp = f"{path}{TMP_INFIX}{os.getpid()}"
+  try:
+    with open(tmp, "wb") as f:
+      np.savez(f, tokens=tokens, doc_tokens=np.array([len(a) + 1 for a in ids], np.int64),
+               doc_bytes=np.array([len(t) for t in kept], np.int64),
+               doc_val=np.array(val, dtype=bool),
+               stats=np.array([stats[k] for k in STATS], np.int64),
+               replacement_chars=np.int64(replacement_chars))
+    os.replace(tmp, path)
+  except BaseException:  # a full disk, a stop: the half-written shard holds no space
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
   return stats
+
+
+def _release_semaphores(exc: BaseException) -> None:
+  """Frees a terminated pool's semaphores now (once nothing refers to the pool): the command
+  ends with ``os._exit``, where multiprocessing's resource tracker would otherwise report them
+  as "leaked semaphore objects"."""
+  traceback.clear_frames(exc.__traceback__)  # the frames that waited on the pool's results
+  gc.collect()
 
 
 def iter_shards(source, shard_bytes: int):
@@ -154,6 +171,12 @@ def tokenize_all(source, tokenizer, info, shard_dir, shard_bytes, val_fraction, 
     if pool is not None:
       pool.terminate()
       pool.join()
+      pool = None
+      inflight.clear()
+      _release_semaphores(e)
+    for tmp in shard_dir.glob(f"*{TMP_INFIX}*"):  # a worker's shard cut short by terminate()
+      with contextlib.suppress(OSError):
+        tmp.unlink()
     bar.close()
     if isinstance(e, KeyboardInterrupt):
       kept = len(list(shard_dir.glob("*.npz")))

@@ -44,8 +44,9 @@ import time
 
 from chinchax import errors
 from chinchax import config as config_lib
+from chinchax.runtime import watchdog
 
-PREEMPTED_EXIT_CODE = 75   # sysexits EX_TEMPFAIL: stopped early on request, relaunch to resume
+PREEMPTED_EXIT_CODE = watchdog.PREEMPTED_EXIT_CODE  # EX_TEMPFAIL: stopped on request, relaunch
 STARTUP_EXIT_CODE = 2      # start-up failed on the user's input (address, counts, timeout)
 
 _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
@@ -294,7 +295,9 @@ def install_sigterm_handler() -> bool:
   """Makes SIGTERM request a checkpoint-and-exit at the next step boundary (single process).
 
   In a run under ``jax.distributed`` with the preemption service on, JAX owns
-  SIGTERM and nothing is installed. A second SIGTERM terminates at once.
+  SIGTERM and nothing is installed. A second SIGTERM terminates at once. In a ``chinchax``
+  command (:mod:`chinchax.runtime.watchdog`) SIGTERM ends the command at once, exit status 75
+  and one line, while there is nothing to save.
 
   Returns:
     True if a Python handler was installed.
@@ -306,6 +309,13 @@ def install_sigterm_handler() -> bool:
     return False
 
   def on_sigterm(signum, frame):
+    if watchdog.ends_at_once():
+      watchdog.end(PREEMPTED_EXIT_CODE, watchdog.stop_line(signal.SIGTERM))
+    if watchdog.raising_now():
+      raise KeyboardInterrupt
+    if _sigterm_received.is_set() and watchdog.installed():
+      watchdog.end(PREEMPTED_EXIT_CODE, watchdog.stop_line(signal.SIGTERM)
+                   + " (stopped at once, without a new checkpoint)")
     if _sigterm_received.is_set():
       signal.signal(signal.SIGTERM, signal.SIG_DFL)
       os.kill(os.getpid(), signal.SIGTERM)

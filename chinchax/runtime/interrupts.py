@@ -32,8 +32,9 @@ import sys
 import threading
 
 from chinchax.runtime import distributed as distributed_lib
+from chinchax.runtime import watchdog
 
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a Ctrl-C'd command
+INTERRUPTED_EXIT_CODE = watchdog.INTERRUPTED_EXIT_CODE  # 128 + SIGINT, as a shell reports it
 _requested = threading.Event()
 _depth = 0  # nesting of :func:`deferred` regions
 _GC_CALLBACKS = ("_xla_gc_callback",)  # where a raised KeyboardInterrupt is swallowed
@@ -73,6 +74,8 @@ def _in_gc_callback(frame) -> bool:
 
 
 def _on_sigint(signum, frame):
+  if watchdog.ends_at_once():  # a command with nothing to save yet: one line, now
+    watchdog.end(INTERRUPTED_EXIT_CODE, f"\n{message()}")
   first = not _requested.is_set()
   _requested.set()
   distributed_lib._sigterm_received.set()  # noqa: SLF001 — the one stop flag the loop reads
@@ -80,9 +83,9 @@ def _on_sigint(signum, frame):
     if first:
       _forward_to_preemption_service()
       return
-    print(f"\n{message()} (stopped at once, without a new checkpoint)", file=sys.stderr,
-          flush=True)
-    os._exit(INTERRUPTED_EXIT_CODE)
+    watchdog.end(INTERRUPTED_EXIT_CODE,
+                 f"\n{message()} (stopped at once, without a new checkpoint)")
+    os._exit(INTERRUPTED_EXIT_CODE)  # re-entered while already ending
   if first and _in_gc_callback(frame):
     return  # raising here would be swallowed; the request is honoured at the next check
   raise KeyboardInterrupt

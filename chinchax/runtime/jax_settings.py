@@ -7,13 +7,16 @@ import os
 import jax
 
 
-# XLA's CPU collectives (the all-reduces between virtual CPU devices, each a thread) end the
-# process when one device's thread reaches a collective this long after the others: on a
-# loaded 2-core host 8 device threads can fall that far apart. Our defaults wait 30 min
-# (warning after 5 min); a value the user set in XLA_FLAGS is kept.
-CPU_COLLECTIVE_FLAGS = {"xla_cpu_collective_call_terminate_timeout_seconds": 1800,
-                        "xla_cpu_collective_call_warn_stuck_timeout_seconds": 300,
-                        "xla_cpu_collective_timeout_seconds": 1800}
+# XLA's CPU collectives (the all-reduces between virtual CPU devices, each a thread) abort the
+# process (SIGABRT and pages of log) when one device's thread reaches a collective this long after
+# the others, and log "stuck" warnings long before; on a loaded 2-core host 8 device threads can
+# fall far apart, or stall for good. A stalled step is the run's watchdog's to end, in one line
+# that says what to do (train.stall_timeout_s, 15 min by default: chinchax.runtime.watchdog), so
+# XLA's own limits sit past it, as a last resort when that watch is off. A value the user set in
+# XLA_FLAGS is kept.
+CPU_COLLECTIVE_FLAGS = {"xla_cpu_collective_call_terminate_timeout_seconds": 3600,
+                        "xla_cpu_collective_call_warn_stuck_timeout_seconds": 3600,
+                        "xla_cpu_collective_timeout_seconds": 3600}
 
 
 def setup_cpu_devices(n: int) -> None:

@@ -61,6 +61,9 @@ def configure() -> None:
       env.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
   for name in _QUIET_LOGGERS:
     logging.getLogger(name).setLevel(logging.ERROR)
+  # gcsfs logs a traceback when it gives up on a request, then raises it: the caller's one line
+  # (unreachable) says it
+  logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
   try:  # no cached directory listings: leases, rows and checkpoints are written by other hosts
     import fsspec.config  # noqa: PLC0415
   except ImportError:
@@ -103,6 +106,31 @@ def bounded(fn, timeout_s: float | None = None):
   if "error" in out:
     raise out["error"]
   return out.get("value")
+
+
+# Exceptions of the client stacks that mean "the service did not answer", by module prefix and
+# class-name word (Python's own ConnectionError there is raised inside one of them).
+_UNREACHABLE_MODULES = ("aiohttp", "google.api_core", "google.auth", "requests", "urllib3")
+_UNREACHABLE_WORDS = ("Connect", "Timeout", "RetryError", "ServiceUnavailable", "ServerDisconnected")
+_UNREACHABLE_TEXT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "Connection refused", "Couldn't connect")
+
+
+def unreachable(exc: BaseException) -> str | None:
+  """When ``exc`` (or an exception it was raised from) says the storage service did not answer
+  (a refused connection, a timeout, retries exhausted): its one-line reason; else None."""
+  seen = set()
+  while exc is not None and id(exc) not in seen:
+    seen.add(id(exc))
+    name, module = type(exc).__name__, type(exc).__module__ or ""
+    text = str(exc).splitlines()[0] if str(exc) else name
+    if isinstance(exc, Unreachable):
+      return f"{name}: {text}"[:300]
+    if module.startswith(_UNREACHABLE_MODULES) and any(w in name for w in _UNREACHABLE_WORDS):
+      return f"{name}: {text}"[:300]
+    if any(t in str(exc) for t in _UNREACHABLE_TEXT):
+      return f"{name}: {text}"[:300]
+    exc = exc.__cause__ or exc.__context__
+  return None
 
 
 def endpoint() -> str:

@@ -11,8 +11,10 @@ checkpoint, finiteness and preemption checks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import pathlib
 import time
 
@@ -26,6 +28,7 @@ from chinchax.runtime import distributed as distributed_lib
 from chinchax.storage import diskfull
 from chinchax import errors
 from chinchax.runtime import interrupts
+from chinchax.runtime import watchdog
 from chinchax.storage import paths as paths_lib
 from chinchax.storage import workdir_lock
 from chinchax.model import sharding as sharding_lib
@@ -101,7 +104,39 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       after Ctrl-C) reached a step boundary; the checkpoint of that step is saved and every
       writer closed first.
   """
+  workdir = str(ckpt.directory.parent)
+  with contextlib.ExitStack() as regions:  # a command: a stall, a stop, each one line
+    regions.enter_context(watchdog.watch(config.train.stall_timeout_s, stall_hint(config)))
+    if start_step:
+      watchdog.saved(f"the last checkpoint is at step {start_step} in {workdir}")
+    return _steps(config, program, data, state, start_step, ckpt, log, evaluate, regions)
+
+
+def stall_hint(config):
+  """What to do after a run stalled (``train.stall_timeout_s``), as a function of what it was
+  doing: writing to a bucket → check the bucket; a step on virtual CPU devices → fewer of them."""
+  scheme, _, rest = str(config.workdir).partition("://")
+  bucket = f"{scheme}://{rest.split('/')[0]}"
+  cpu = config.mesh.num_cpu_devices > 1 and jax.default_backend() == "cpu"
+  again = ("then rerun the same command to resume from the last checkpoint "
+           f"(train.stall_timeout_s={config.train.stall_timeout_s:g} sets this limit)")
+
+  def hint(doing: str) -> str:
+    if paths_lib.is_url(config.workdir) and "://" in doing:
+      return f"check that {bucket} is reachable, {again}"
+    if cpu:
+      return (f"an XLA collective between {config.mesh.num_cpu_devices} virtual CPU devices on "
+              f"{os.cpu_count()} cores may have stalled: {again} and "
+              f"--config.mesh.num_cpu_devices=1")
+    return f"check the devices and the storage, {again}"
+  return hint
+
+
+def _steps(config, program, data: RunData, state, start_step: int,
+           ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate, regions):
+  """The body of :func:`_run_steps`; enters ``regions``' keeping after the first step."""
   t, spec = config.train, program.spec
+  workdir = str(ckpt.directory.parent)
   eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
   prof = StepProfiler(config, ckpt.directory.parent, start_step)  # train.profile_steps
   for step, local_batch in data.batches.iterator(start_step, num_threads=config.data.read_threads):
@@ -110,6 +145,9 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     state, metrics = program.step(state, program.global_batch(local_batch))
     prof.after(step + 1, state)
     log.stepped(state, t_dispatch)
+    watchdog.beat(f"step {step + 2} of {workdir}")
+    if step == start_step:  # trained steps to save: a signal stops at a step boundary
+      regions.enter_context(watchdog.keeping())
     log.watch(step + 1, metrics)
     done = step + 1
     stop = t.stop_after_s > 0 and log.trained_seconds() >= t.stop_after_s
@@ -121,6 +159,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
       log.defer(done, metrics, extra)  # written at the next step: eval fills ``extra`` first
       _check_finite(config, log, ckpt, done)
       if is_eval:
+        watchdog.beat(f"evaluating at step {done} of {workdir}")
         log.eval_loss, log.eval_loss_se = evaluate.evaluate_state(state, final=is_last)
         extra["eval_loss"] = log.eval_loss
         extra.update(evaluate.row_fields())
@@ -164,13 +203,17 @@ def _save(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int, st
     except workdir_lock.WorkdirBusy:
       ckpt.wait_and_close()
       raise
+  where = ckpt.directory.parent
+  watchdog.beat(f"writing the metrics of step {done} to {where}")
   log.flush()
   log.metrics.sync()  # every row so far is in metrics.jsonl before the checkpoint can commit
+  watchdog.beat(f"saving the checkpoint of step {done} in {where}")
   try:
     ckpt.save(done, state, force=force)
   except (checkpoint_lib.CheckpointError, diskfull.DiskFull):
     log.close()
     raise
+  watchdog.saved(f"the last checkpoint started is at step {done} in {where}")
 
 
 def _check_finite(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done: int,
@@ -210,9 +253,11 @@ def _check_finite(config, log: StepLog, ckpt: checkpoint_lib.Checkpointer, done:
 def _shut_down(ckpt: checkpoint_lib.Checkpointer, log: StepLog) -> None:
   """Writes the last row, waits for checkpoint writes, closes the logs and the bar."""
   log.flush()
+  watchdog.beat(f"finishing the checkpoint writes in {ckpt.directory}")
   try:
     ckpt.wait_and_close()
   finally:
+    watchdog.beat(f"closing the logs in {ckpt.directory.parent}")
     log.close()
 
 
