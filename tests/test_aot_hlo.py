@@ -182,7 +182,7 @@ def test_compile_only_tpu_devices_take_their_slice_from_the_topology():
 
 
 @pytest.mark.parametrize("impl, backend, dtype, seq_len, want", [
-    ("auto", "tpu", "bfloat16", 1024, "splash"), ("auto", "tpu", "bfloat16", 96, "splash"),
+    ("auto", "tpu", "bfloat16", 1024, "splash"), ("auto", "tpu", "bfloat16", 96, "xla"),
     ("auto", "tpu", "float32", 2048, "splash"), ("auto", "tpu", "bfloat16", 1000, "xla"),
     ("auto", "gpu", "bfloat16", 1024, "cudnn"), ("auto", "gpu", "float32", 1024, "xla"),
     ("auto", "cpu", "float32", 1024, "xla"), ("auto", "cpu", "bfloat16", 1024, "xla"),
@@ -196,7 +196,7 @@ def test_auto_attention_per_backend_and_seq_len(impl, backend, dtype, seq_len, w
 
 def test_splash_blocks_follow_seq_len():
   assert [attention_lib.splash_block(t) for t in (64, 128, 384, 512, 1536, 2048, 1000)] == [
-      64, 128, 128, 512, 512, 512, None]
+      None, 128, 128, 512, 512, 512, None]
   assert attention_lib.splash_block(768) == 256
 
 

@@ -9,12 +9,12 @@ Implementations:
          causal flash attention that skips the masked half. Under a mesh it
          runs per shard (``jax.shard_map``) with batch and heads split as
          ``chinchax.model.sharding``'s rules say.
-  auto   splash on a TPU when seq_len suits its blocks (a multiple of 128, or at most
-         128), cudnn on a GPU with a 16-bit compute dtype, else xla (CPU: the float32
-         reference the equality tests compare against).
+  auto   splash on a TPU when seq_len suits its blocks (a multiple of 128), cudnn on a
+         GPU with a 16-bit compute dtype, else xla (CPU: the float32 reference the
+         equality tests compare against).
 
 Splash blocks (:func:`splash_block`): the largest of 512, 256 and 128 tokens that
-divides seq_len (seq_len itself below 128). Larger blocks mean fewer grid steps and
+divides seq_len (the kernel computes key/value blocks in multiples of 128 lanes). Larger blocks mean fewer grid steps and
 fuller MXU tiles; 512 is the block MaxText's splash configuration uses by default
 (``sa_block_q`` … ``sa_block_kv_dq`` = 512, capped at seq_len).
 
@@ -38,16 +38,14 @@ from chinchax import console
 from chinchax.model import sharding as sharding_lib
 
 IMPLS = ("auto", "xla", "cudnn", "splash")
-SPLASH_BLOCK = 128  # smallest splash block (tokens); seq_len must be a multiple of it
+SPLASH_BLOCK = 128  # smallest splash block (tokens, the TPU's lanes); seq_len must be a multiple
 SPLASH_BLOCKS = (512, 256, SPLASH_BLOCK)  # tried largest first (see the module doc)
 
 
 def splash_block(seq_len: int) -> int | None:
   """The splash kernel's block size (tokens) for ``seq_len``: the largest of
-  :data:`SPLASH_BLOCKS` dividing it, seq_len itself when below 128, None when no block fits
-  (seq_len above 128 and not a multiple of it)."""
-  if seq_len < SPLASH_BLOCK:
-    return seq_len
+  :data:`SPLASH_BLOCKS` dividing it; None when seq_len is not a multiple of 128 (the
+  kernel's key/value compute block must be a multiple of the TPU's 128 lanes)."""
   return next((b for b in SPLASH_BLOCKS if seq_len % b == 0), None)
 
 
@@ -77,7 +75,7 @@ def resolve_impl(impl: str, backend: str, compute_dtype: str, document_mask: boo
   if impl == "splash":
     reason = splash_unavailable(backend)
     if not reason and seq_len is not None and splash_block(seq_len) is None:
-      reason = f"needs seq_len a multiple of {SPLASH_BLOCK} (or below it), got {seq_len}"
+      reason = f"needs seq_len a multiple of {SPLASH_BLOCK}, got {seq_len}"
     if reason:
       console.warn(f"attention='splash' {reason}; falling back to 'xla'")
       return "xla"
@@ -111,7 +109,7 @@ def splash_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
   """Causal attention with the Pallas splash kernel (TPU; ``interpret=True`` runs anywhere, slowly).
 
   Args:
-    q_BTHK: [B, T, H, K] queries; T a multiple of :data:`SPLASH_BLOCK` (or smaller than it).
+    q_BTHK: [B, T, H, K] queries; T a multiple of :data:`SPLASH_BLOCK`.
     k_BTGK, v_BTGK: [B, T, G, K] keys and values, G dividing H (G = H: multi-head).
     interpret: run the kernel in the Pallas interpreter (for tests on CPU).
   Returns:
