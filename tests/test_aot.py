@@ -77,7 +77,7 @@ _HLO = """HloModule m
 
 ENTRY %main (a: f32[16]) -> f32[16] {
   %w = (s32[], bf16[8,4]) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"12"}}
-  %s = (f32[16]{0}, f32[16]{0}) all-reduce-start(%a), replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0','axis_1'}, to_apply=%add
+  %s = (f32[16]{0}, f32[16]{0}) all-reduce-start(%a, %b), replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0','axis_1'}, to_apply=%add
   %d = (f32[16]{0}, f32[16]{0}) all-reduce-done(%s)
   %cp = (bf16[4]{0}, bf16[4]{0}, u32[], u32[]) collective-permute-start(%b), source_target_pairs={{0,1},{1,0}}
   ROOT %r = f32[16]{0} copy(%a)

@@ -4,11 +4,26 @@ Reads the text of ``compiled.as_text()`` (SPMD-partitioned: one device's
 program). A collective inside a ``while`` body runs once per iteration, so
 each computation carries a multiplier: the product of the known trip counts
 (``backend_config={"known_trip_count":{"n":"12"}}``) of the loops that run it;
-a loop without a known count counts once and is reported. Async pairs
-(``all-gather-start`` / ``-done``) count once, at the start. On TPU a
+a loop without a known count counts once and is reported. On TPU a
 reduce-scatter is a fusion that calls a computation named
 ``all-reduce-scatter*``; it is counted as a reduce-scatter and the all-reduce
 inside is not counted again.
+
+An asynchronous collective counts once, with the bytes of its result:
+
+* ``all-gather-start`` / ``-done`` (and the other ``*-start`` ops): at the start. The
+  start's shape is the results alone (``f32[16]``; a tuple of them for several
+  operands) or, in the newer print format, ``(operands, results[, u32[] contexts])``;
+  the op's operand count tells which (:func:`start_result_bytes`).
+* generic ``async-start`` / ``-update`` / ``-done`` wrapping a collective in a
+  computation: the wrapped op, through the start's ``calls=`` only (``-done`` and
+  ``-update`` may print the same ``calls=``).
+* TPU async-collective fusions: the start, each continuation and the done are
+  fusions that all hold a copy of the same collective with the same ``channel_id``
+  (ending in the ``AsyncCollectiveStart`` / ``AsyncCollectiveDone`` custom-calls).
+
+So within one run of a computation (a loop body, a branch, the entry; the fusions and
+async wrappers it calls share it) a ``channel_id`` is counted once.
 
 Bytes per collective (``size`` = the op's result bytes, ``g`` = its group size):
 
@@ -41,6 +56,7 @@ import re
 
 import numpy as np
 
+COUNT_VERSION = 2  # bump when the counting changes: cached reports (chinchax.aot.search) hold it
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
                "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8,
@@ -51,6 +67,9 @@ _ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
 _MEGASCALE = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
 _PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
+_CHANNEL = re.compile(r"\bchannel_id=(\d+)")
+_CONTEXT = re.compile(r"^[us]32\[\](\{[^}]*\})?$")  # an async op's context scalar
+_ASYNC_TAIL = ("async-update", "async-done")  # their calls= repeat the start's
 
 
 @dataclasses.dataclass
@@ -244,15 +263,26 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
       cross += int(m)
       to_dcn(kind, size, _dcn_wire(kind, size, g, s), m)
 
-  def visit(comp: str, m: float, depth: int = 0) -> None:
+  def first(rest: str, seen: set) -> bool:
+    """False for a collective whose channel was already counted in this scope."""
+    ch = _CHANNEL.search(rest)
+    if ch is None:
+      return True
+    if ch.group(1) in seen:
+      return False
+    seen.add(ch.group(1))
+    return True
+
+  def visit(comp: str, m: float, depth: int = 0, seen: set | None = None) -> None:
     nonlocal unknown
     if depth > 64 or comp not in comps or comp in skip:
       return
+    seen = set() if seen is None else seen
     for _, shape, op, rest in comps[comp]:
       kind = None
       if op in KINDS or (op.endswith("-start") and op[:-6] in KINDS):
         kind = op if op in KINDS else op[:-6]
-      called = _called(rest)
+      called = [] if op in _ASYNC_TAIL else _called(rest)
       if op == "fusion" and any(c.startswith(("all-reduce-scatter", "reduce-scatter"))
                                 for _, c in called):
         kind = "reduce-scatter"
@@ -261,12 +291,14 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
         skip.add(inner)
         attrs = next((r for _, _, o, r in comps.get(inner, [])
                       if o in KINDS or o.endswith("-start")), "")
+        if not first(attrs, seen):
+          continue
         g = group_size(attrs, n_devices) if attrs else n_devices
         _add(kind, shape_bytes(shape), g, m)
         crossing(kind, shape_bytes(shape), attrs, g, m)
         continue
-      if kind is not None:
-        size = _result_bytes(op, shape)
+      if kind is not None and first(rest, seen):
+        size = _result_bytes(op, shape, rest)
         _add(kind, size, group_size(rest, n_devices), m)
         crossing(kind, size, rest, group_size(rest, n_devices), m)
       mega = _MEGASCALE.search(rest) if op == "send" else None
@@ -285,6 +317,8 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
           if trips is None:
             unknown += 1
           visit(c, m * (trips or 1), depth + 1)
+        elif attr == "calls" and op != "call":  # a fusion or an async wrapper: same scope
+          visit(c, m, depth + 1, seen)
         elif attr != "condition":
           visit(c, m, depth + 1)
 
@@ -323,13 +357,66 @@ def _trips_from_condition(cond: list[tuple]) -> int | None:
   return values[0] if len(values) == 1 and values[0] > 0 else None
 
 
-def _result_bytes(op: str, shape: str) -> float:
-  """Bytes of a collective's result; for async starts (operands, results[, contexts]) the results."""
+def _result_bytes(op: str, shape: str, rest: str = "") -> float:
+  """Bytes of a collective's result (``rest``: the text after the op's opening parenthesis)."""
   if not op.endswith("-start"):
     return shape_bytes(shape)
-  arrays = _arrays(re.sub(r"\bu32\[\]", "", shape)) if "collective-permute" in op else \
-      _arrays(shape)
-  if not op.startswith("all-reduce") and len(arrays) >= 2:  # ((operands), (results))
-    return float(sum(arrays[len(arrays) // 2:]))
-  return float(sum(arrays))
+  return start_result_bytes(shape, _operand_count(rest))
 
+
+def start_result_bytes(shape: str, n_operands: int) -> float:
+  """Result bytes of an async start from its shape, in either print format.
+
+  Forms (context scalars ``u32[]`` at the end dropped first):
+  ``f32[16]`` or ``(f32[16], f32[8])``: the results alone (the older all-reduce-start);
+  ``(f32[16], f32[16])`` with one operand: (operand, result);
+  ``((f32[8]), f32[2])``: ((operands), results), as async-start and all-gather-start print.
+  """
+  parts = _top_level(shape)
+  while len(parts) > 1 and _CONTEXT.match(parts[-1].strip()):
+    parts.pop()
+  if len(parts) == 2 and parts[0].lstrip().startswith("("):
+    return shape_bytes(parts[1])
+  if n_operands and len(parts) == 2 * n_operands:
+    return float(sum(shape_bytes(p) for p in parts[n_operands:]))
+  return float(sum(shape_bytes(p) for p in parts))
+
+
+def _top_level(shape: str) -> list[str]:
+  """The elements of a tuple shape (``[shape]`` for an array), nested tuples kept whole."""
+  shape = re.sub(r"/\*[^*]*\*/", "", shape).strip()
+  if not shape.startswith("("):
+    return [shape]
+  parts, depth, cur = [], 0, ""
+  for ch in shape[1:-1] if shape.endswith(")") else shape[1:]:
+    if ch in "([{":
+      depth += 1
+    elif ch in ")]}":
+      depth -= 1
+    if ch == "," and depth == 0:
+      parts.append(cur)
+      cur = ""
+    else:
+      cur += ch
+  if cur.strip():
+    parts.append(cur)
+  return parts
+
+
+def _operand_count(rest: str) -> int:
+  """Operands of an instruction: top-level entries before its closing parenthesis."""
+  depth, n, any_text = 0, 0, False
+  for ch in re.sub(r"/\*[^*]*\*/", "", rest):
+    if ch in "([{":
+      depth += 1
+    elif ch in "]}":
+      depth -= 1
+    elif ch == ")":
+      if depth == 0:
+        break
+      depth -= 1
+    elif ch == "," and depth == 0:
+      n += 1
+    elif not ch.isspace():
+      any_text = True
+  return n + 1 if any_text else 0

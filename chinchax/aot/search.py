@@ -11,8 +11,9 @@ compiles each (train step only), and a variant that XLA finds too large once
 more at the next larger M, and ranks those that fit by their roofline step
 time. :func:`compile_cached` keeps every report under
 ``~/.cache/chinchax/aot/<fingerprint>.json``: the fingerprint hashes the config,
-the target and the versions of jax, jaxlib and libtpu / the CUDA plugin, so a
-repeated search or plan compiles nothing.
+the target, the versions of jax, jaxlib and libtpu / the CUDA plugin and the
+collective count's version (``chinchax.aot.hlo.COUNT_VERSION``), so a repeated
+search or plan compiles nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from typing import Callable
 
 from chinchax.cost import work
+from chinchax.aot import hlo as hlo_lib
 from chinchax.aot import program as program_lib
 from chinchax.aot import report as report_lib
 from chinchax.aot import topology as topology_lib
@@ -52,7 +54,8 @@ def fingerprint(config, target: Target, eval_step: bool) -> str:
   key = {"config": json.loads(config.to_json_best_effort(sort_keys=True)),
          "target": [target.spec, target.topology, target.num_slices],
          "eval_step": eval_step,
-         "versions": [_version(p) for p in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin")]}
+         "versions": [_version(p) for p in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin")],
+         "collective_count": hlo_lib.COUNT_VERSION}
   for volatile in ("workdir", "compile_cache_dir"):
     key["config"].pop(volatile, None)
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]

@@ -9,7 +9,14 @@ Implementations:
          causal flash attention that skips the masked half. Under a mesh it
          runs per shard (``jax.shard_map``) with batch and heads split as
          ``chinchax.model.sharding``'s rules say.
-  auto   cudnn on a GPU with a 16-bit compute dtype, else xla.
+  auto   splash on a TPU when seq_len suits its blocks (a multiple of 128), cudnn on a
+         GPU with a 16-bit compute dtype, else xla (CPU: the float32 reference the
+         equality tests compare against).
+
+Splash blocks (:func:`splash_block`): the largest of 512, 256 and 128 tokens that
+divides seq_len (the kernel computes key/value blocks in multiples of 128 lanes). Larger blocks mean fewer grid steps and
+fuller MXU tiles; 512 is the block MaxText's splash configuration uses by default
+(``sa_block_q`` … ``sa_block_kv_dq`` = 512, capped at seq_len).
 
 Grouped-query attention (keys and values with G heads, G dividing the H query
 heads; query head h reads key/value head h // (H/G)) runs natively in all three:
@@ -31,17 +38,28 @@ from chinchax import console
 from chinchax.model import sharding as sharding_lib
 
 IMPLS = ("auto", "xla", "cudnn", "splash")
-SPLASH_BLOCK = 128  # splash kernel block size (tokens); seq_len must be a multiple of it
+SPLASH_BLOCK = 128  # smallest splash block (tokens, the TPU's lanes); seq_len must be a multiple
+SPLASH_BLOCKS = (512, 256, SPLASH_BLOCK)  # tried largest first (see the module doc)
 
 
-def resolve_impl(impl: str, backend: str, compute_dtype: str, document_mask: bool = False) -> str:
+def splash_block(seq_len: int) -> int | None:
+  """The splash kernel's block size (tokens) for ``seq_len``: the largest of
+  :data:`SPLASH_BLOCKS` dividing it; None when seq_len is not a multiple of 128 (the
+  kernel's key/value compute block must be a multiple of the TPU's 128 lanes)."""
+  return next((b for b in SPLASH_BLOCKS if seq_len % b == 0), None)
+
+
+def resolve_impl(impl: str, backend: str, compute_dtype: str, document_mask: bool = False,
+                 seq_len: int | None = None) -> str:
   """Chooses the attention implementation that will actually run.
 
   Args:
     impl: requested implementation, one of ``IMPLS``.
-    backend: ``jax.default_backend()`` ("cpu", "gpu", "tpu").
+    backend: ``jax.default_backend()`` ("cpu", "gpu", "tpu"), or the compile target's.
     compute_dtype: "float32" or "bfloat16".
     document_mask: attention within documents (segment ids): "xla" only.
+    seq_len: tokens per sequence; ``auto`` picks splash on a TPU only when
+      :func:`splash_block` has a block for it (None: assumed to).
   Returns:
     "xla", "cudnn" or "splash".
   Raises:
@@ -56,12 +74,17 @@ def resolve_impl(impl: str, backend: str, compute_dtype: str, document_mask: boo
     return "xla"
   if impl == "splash":
     reason = splash_unavailable(backend)
+    if not reason and seq_len is not None and splash_block(seq_len) is None:
+      reason = f"needs seq_len a multiple of {SPLASH_BLOCK}, got {seq_len}"
     if reason:
       console.warn(f"attention='splash' {reason}; falling back to 'xla'")
       return "xla"
     return impl
   cudnn_ok = backend == "gpu" and compute_dtype in ("bfloat16", "float16")
   if impl == "auto":
+    if backend == "tpu" and not splash_unavailable(backend) and (
+        seq_len is None or splash_block(seq_len) is not None):
+      return "splash"
     return "cudnn" if cudnn_ok else "xla"
   if impl == "cudnn" and not cudnn_ok:
     console.warn(f"attention='cudnn' needs an NVIDIA GPU and a 16-bit compute dtype "
@@ -86,19 +109,19 @@ def splash_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
   """Causal attention with the Pallas splash kernel (TPU; ``interpret=True`` runs anywhere, slowly).
 
   Args:
-    q_BTHK: [B, T, H, K] queries; T a multiple of :data:`SPLASH_BLOCK` (or smaller than it).
+    q_BTHK: [B, T, H, K] queries; T a multiple of :data:`SPLASH_BLOCK`.
     k_BTGK, v_BTGK: [B, T, G, K] keys and values, G dividing H (G = H: multi-head).
     interpret: run the kernel in the Pallas interpreter (for tests on CPU).
   Returns:
-    [B, T, H, K] in the dtype of ``q_BTHK``.
+    [B, T, H, K] in the dtype of ``q_BTHK``; every block size is :func:`splash_block` (T).
   Raises:
     ValueError: T is not a multiple of the block size.
   """
   from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
   T, K = q_BTHK.shape[1], q_BTHK.shape[3]
-  block = min(SPLASH_BLOCK, T)
-  if T % block:
+  block = splash_block(T)
+  if block is None:
     raise ValueError(f"splash attention needs seq_len a multiple of {SPLASH_BLOCK}, got {T}")
 
   def local(q_BTHK, k_BTGK, v_BTGK):

@@ -86,9 +86,16 @@ def device_grid(shape: tuple[int, ...], devices: list) -> np.ndarray:
 
 
 def slice_key(device) -> int:
-  """The slice a device belongs to: its TPU ``slice_index``; on CPU and GPU its process (host)."""
-  if device.platform == "tpu" and getattr(device, "slice_index", None) is not None:
-    return int(device.slice_index)
+  """The slice a device belongs to: on TPU its ``slice_index``; on CPU and GPU its process (host).
+
+  A TPU device without a slice index is one of a single-slice topology (libtpu's
+  compile-only devices of one slice carry none; those of a multi-slice topology do):
+  slice 0, whatever host of the slice it sits on, since the hosts of one slice share its
+  interconnect (ICI).
+  """
+  if device.platform == "tpu":
+    index = getattr(device, "slice_index", None)
+    return 0 if index is None else int(index)
   return int(device.process_index)
 
 

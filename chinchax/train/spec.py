@@ -108,7 +108,8 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
   mcfg = model_lib.ModelConfig(
       **dataclasses.asdict(shape), rope_theta=m.rope_theta, norm_eps=m.norm_eps,
       init_std=model_lib.init_std(m.init, m.init_std, m.d_model), compute_dtype=dtype,
-      attention=attention_lib.resolve_impl(m.attention, backend, dtype, m.document_mask),
+      attention=attention_lib.resolve_impl(m.attention, backend, dtype, m.document_mask,
+                                           seq_len=t.seq_len),
       remat=m.remat, scan_layers=bool(m.scan_layers), document_mask=m.document_mask,
       eos_id=tok.eos_id)
   counts = budget.param_counts(shape)
