@@ -136,9 +136,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   all_runs = runs
   if fit_repeat_lib.has_repetition(runs):  # Approaches 1-3 fit the runs of one epoch or less
     runs = fit_repeat_lib.single_epoch(runs)
-    say(f"{len(all_runs) - len(runs)} runs repeat data or read a smaller unique set: Approaches "
-        f"1-3 fit the {len(runs)} runs of one epoch or less of the largest; the repetition laws "
-        f"fit all")
+    say(f"{len(all_runs) - len(runs)} runs repeat data (D > unique_tokens): Approaches 1-3 fit "
+        f"the {len(runs)} runs of one epoch or less; the repetition laws fit all")
   try:
     report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
                      strict=approach != "all", n_jobs=n_jobs, log=say, options=options,
