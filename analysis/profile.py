@@ -35,7 +35,7 @@ import scipy.stats
 
 CI_LEVEL = 0.95
 N_GRID = 29          # profile points across the search box (plus the optimum)
-XTOL = 1e-3          # the ends' accuracy, in the profiled coordinate
+RTOL = 1e-6          # the ends' relative accuracy, in the profiled coordinate
 
 
 def threshold(level: float = CI_LEVEL) -> float:
@@ -129,7 +129,7 @@ def profile(value_hat: float, f_hat: float, restricted: Callable, start, box: tu
     g = lambda v: 2.0 * scale * (restricted(v, others[j_in])[0] - f_min) - thr
     a, b = float(grid[j_in]), float(grid[j_out])
     try:
-      return float(scipy.optimize.brentq(g, a, b, xtol=XTOL))
+      return float(scipy.optimize.brentq(g, a, b, xtol=1e-12, rtol=RTOL))
     except ValueError:  # no sign change on the refined profile: the grid's linear crossing
       sa, sb = stat[j_in] - thr, stat[j_out] - thr
       return a + (b - a) * sa / (sa - sb) if sa != sb else b

@@ -103,19 +103,27 @@ def main() -> None:
   ap.add_argument("--tables", type=int, default=50)
   ap.add_argument("--bootstrap", type=int, default=50)
   ap.add_argument("--grid", type=int, default=21, help="profile points across each box")
-  ap.add_argument("--out", default=None, help="JSON file for every table's numbers")
+  ap.add_argument("--out", default=None,
+                  help="JSONL file: one line per table as it finishes (a run cut short keeps "
+                       "its tables; --summarise reads it back)")
+  ap.add_argument("--summarise", default=None, metavar="JSONL",
+                  help="print the summary of an --out file instead of fitting")
   args = ap.parse_args()
-  t0 = time.perf_counter()
-  results = []
-  for seed in range(args.tables):
-    results.append(one_table(args.setting, seed, args.bootstrap, args.grid))
-    if (seed + 1) % 10 == 0:
+  truth = SETTINGS[args.setting]["law"]
+  if args.summarise:
+    with open(args.summarise) as f:
+      results = [json.loads(line) for line in f if line.strip()]
+  else:
+    t0 = time.perf_counter()
+    results = []
+    for seed in range(args.tables):
+      results.append(one_table(args.setting, seed, args.bootstrap, args.grid))
+      if args.out:
+        with open(args.out, "a") as f:
+          f.write(json.dumps(results[-1]) + "\n")
       print(f"{seed + 1} tables, {time.perf_counter() - t0:.0f} s", flush=True)
-  summary = summarise(results, SETTINGS[args.setting]["law"])
+  summary = summarise(results, truth)
   print(json.dumps({"setting": args.setting, "noise": NOISE, "summary": summary}, indent=1))
-  if args.out:
-    with open(args.out, "w") as f:
-      json.dump({"setting": args.setting, "summary": summary, "tables": results}, f)
 
 
 if __name__ == "__main__":
