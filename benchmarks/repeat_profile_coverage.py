@@ -15,9 +15,11 @@ parameters; unique sizes U = 5e6, 2e7, 8e7 tokens; 0.5% noise in ln L):
 * ``ridge``: R_D* = 15.4, R_N* = 5.3 (the published values); repeated rows at N = 1e6, 4e6
   and only 1.2 and 1.4 epochs: R_D / R_D* <= 0.03, where D' ≈ U·(1 + R_D) whatever R_D*.
 
-Each table is fitted twice: with the true base given (``--law`` the truth: the profile's own
-calibration) and with the base fitted by Approach 3 on the table's single-epoch rows and then
-held (``chinchax fit``'s default: the intervals are conditional on that base).
+Each table is fitted (``--modes``) with the true base given and held (``--law`` the truth: the
+profile's own calibration), with the base fitted by Approach 3 on the table's single-epoch rows
+and then held (``chinchax fit``'s default: the intervals are conditional on that base), and,
+with ``--modes joint``, with that base polished jointly (``--repeat-base joint``: the profile
+re-optimises the base at every point).
 
   python benchmarks/repeat_profile_coverage.py --setting identifiable --tables 50
 """
@@ -51,7 +53,8 @@ NOISE = 0.005
 GRID = "logA=4:8:3,logB=5:9:3,logE=0:1:2,alpha=0.2:0.5:2,beta=0.2:0.5:2"
 
 
-def one_table(setting: str, seed: int, n_boot: int, n_grid: int) -> dict:
+def one_table(setting: str, seed: int, n_boot: int, n_grid: int, modes=("true_base",
+                                                                       "fitted_base")) -> dict:
   s = SETTINGS[setting]
   truth = s["law"]
   runs = synthetic.synthetic_repeat_runs(truth, BUDGETS, UNIQUE, s["epochs"], s["sizes"],
@@ -60,11 +63,14 @@ def one_table(setting: str, seed: int, n_boot: int, n_grid: int) -> dict:
   fitted = approach3.fit_approach3(fr.single_epoch(runs),
                                    grid=approach3.start_grid(approach3.parse_grid(GRID))).law
   out = {}
-  for which, base, refit in (("true_base", BASE, False), ("fitted_base", fitted, True)):
-    law, theta = fr.fit_form("muennighoff", base, rows)
-    prof = rp.profile_form("muennighoff", base, rows, law, theta, n_grid=n_grid)
+  cases = {"true_base": (BASE, False, False), "fitted_base": (fitted, True, False),
+           "joint": (fitted, True, True)}
+  for which in modes:
+    base, refit, joint = cases[which]
+    law, theta = fr.fit_form("muennighoff", base, rows, joint=joint)
+    prof = rp.profile_form("muennighoff", base, rows, law, theta, n_grid=n_grid, joint=joint)
     boot = fr.bootstrap_form("muennighoff", rows, law, theta, n=n_boot, seed=seed,
-                             refit_base=refit)
+                             refit_base=refit, joint=joint)
     res = {}
     for k, true in truth.params().items():
       p = prof.get(k)
@@ -80,7 +86,7 @@ def one_table(setting: str, seed: int, n_boot: int, n_grid: int) -> dict:
 
 def summarise(results: list[dict], truth) -> dict:
   out = {}
-  for which in ("true_base", "fitted_base"):
+  for which in [m for m in ("true_base", "fitted_base", "joint") if m in results[0]]:
     for k in truth.params():
       rs = [r[which][k] for r in results]
       n = len(rs)
@@ -103,6 +109,10 @@ def main() -> None:
   ap.add_argument("--tables", type=int, default=50)
   ap.add_argument("--bootstrap", type=int, default=50)
   ap.add_argument("--grid", type=int, default=21, help="profile points across each box")
+  ap.add_argument("--modes", default="true_base,fitted_base",
+                  help="comma-separated: true_base (the truth's base held), fitted_base "
+                       "(Approach 3's base held: chinchax fit's default), joint (--repeat-base "
+                       "joint)")
   ap.add_argument("--out", default=None,
                   help="JSONL file: one line per table as it finishes (a run cut short keeps "
                        "its tables; --summarise reads it back)")
@@ -117,7 +127,8 @@ def main() -> None:
     t0 = time.perf_counter()
     results = []
     for seed in range(args.tables):
-      results.append(one_table(args.setting, seed, args.bootstrap, args.grid))
+      results.append(one_table(args.setting, seed, args.bootstrap, args.grid,
+                               tuple(args.modes.split(","))))
       if args.out:
         with open(args.out, "a") as f:
           f.write(json.dumps(results[-1]) + "\n")
