@@ -36,6 +36,7 @@ import scipy.stats
 CI_LEVEL = 0.95
 N_GRID = 29          # profile points across the search box (plus the optimum)
 RTOL = 1e-6          # the ends' relative accuracy, in the profiled coordinate
+N_ZOOM = 9           # extra points across a narrow interval (twice its width), for the figure
 
 
 def threshold(level: float = CI_LEVEL) -> float:
@@ -95,7 +96,8 @@ def profile(value_hat: float, f_hat: float, restricted: Callable, start, box: tu
   Returns:
     {"estimate", "interval" [lo, hi] (None unless identified), "covered" [lo, hi] (the
     values within the threshold: the interval, or the range up to the box's edge),
-    "identified", "open" [low, high], "level", "threshold", "grid", "statistic"} in the
+    "identified", "open" [low, high], "level", "threshold", "grid", "statistic" (with
+    :data:`N_ZOOM` more points across an interval narrower than two grid steps)} in the
     parameter's natural units; "better_optimum" when the profile found a lower objective
     than the fit's (the statistic is taken from the lower).
   """
@@ -140,6 +142,15 @@ def profile(value_hat: float, f_hat: float, restricted: Callable, start, box: tu
   v_hi = float(grid[-1]) if j_hi == grid.size - 1 else end(j_hi, j_hi + 1)
   covered = [to_natural(v_lo), to_natural(v_hi)]
   identified = not (open_lo or open_hi)
+  step = (hi_box - lo_box) / max(n_grid - 1, 1)
+  if v_hi - v_lo < 2 * step:  # a narrow interval: points across it, for the figure
+    w = max(v_hi - v_lo, 1e-9 * max(abs(v_lo), 1.0))
+    extra = np.clip(np.linspace(v_lo - w, v_hi + w, N_ZOOM), lo_box, hi_box)
+    f_extra = np.array([restricted(float(v), others[best])[0] for v in extra])
+    grid = np.concatenate([grid, extra])
+    stat = np.concatenate([stat, 2.0 * scale * (f_extra - f_min)])
+    order = np.argsort(grid, kind="stable")
+    grid, stat = grid[order], stat[order]
   out = {"estimate": to_natural(value_hat), "interval": covered if identified else None,
          "covered": covered, "identified": identified, "open": [open_lo, open_hi],
          "level": level, "threshold": thr,

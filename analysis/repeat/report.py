@@ -360,7 +360,9 @@ def plot_profiles(profiles: dict, out_dir: str) -> list[str]:
     ax.axhline(p["threshold"], ls="--", color="gray", lw=0.8)
     lo, hi = p["covered"]
     ax.axvspan(lo, hi, color="tab:green" if p["identified"] else "tab:red", alpha=0.15)
-    if x.min() > 0 and x.max() / x.min() > 50:
+    if p["identified"]:  # the interval and as much again either side, on a linear axis
+      ax.set_xlim(lo - (hi - lo), hi + (hi - lo))
+    elif x.min() > 0 and x.max() / x.min() > 50:  # the whole box of a decay constant
       ax.set_xscale("log")
     ax.set_ylim(0, max(3 * p["threshold"], 1.0))
     ax.set_title(f"{title}{'' if p['identified'] else ' (not identified)'}", fontsize=7)
