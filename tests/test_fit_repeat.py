@@ -178,7 +178,9 @@ def test_chinchax_fit_writes_the_repeat_block(tmp_path):
       "repetition laws')"), logged
   assert "## Data-constrained runs" in (tmp_path / "fit" / "fit.md").read_text()
   assert (tmp_path / "fit" / "repeat.png").stat().st_size > 1000
-  assert "repeat.svg" in data["figures"]
+  assert "repeat.svg" in data["figures"] and "profile.png" in data["figures"]
+  assert data["repeat"]["overfit"]["profile"]["P"]["identified"]
+  assert "P in [" in (tmp_path / "fit" / "fit.md").read_text()
 
 
 def test_block_loads_back_as_law():
