@@ -270,8 +270,8 @@ def markdown(block: dict) -> list[str]:
               f"others re-optimised; threshold {cal}. A profile that stays under the threshold "
               f"to the box's edge is not identified by these data (the range it covers is "
               f"shown, not an interval); `profile.png` shows each."
-              + (" With the base held fixed both kinds of interval are conditional on it: the "
-                 "base's own error is not in them (--repeat-base joint re-optimises it at every "
+              + (" With the base held fixed the profile is conditional on it: the base's own "
+                 "error is not in it (--repeat-base joint re-optimises the base at every "
                  "profile point)." if block.get("base_mode", "fixed") == "fixed" else "")]
   failed = [f"{f}: {block[f]['bootstrap'].get('n_failed')} of "
             f"{block[f]['bootstrap'].get('n_resamples')} bootstrap replicates"
