@@ -228,7 +228,8 @@ def test_bad_base_input_is_one_error_line_and_writes_nothing(tmp_path, case):
 
 
 def test_window_is_approach2s_and_warns_when_it_leaves_no_residual_dof():
-  runs = synthetic.synthetic_runs(BASE, np.geomspace(1e15, 1e18, 4), n_sizes=7, noise=0.005)
+  runs = synthetic.synthetic_runs(BASE, np.geomspace(1e15, 1e18, 4), n_sizes=7, noise=0.005,
+                                  curve_points=8, curve_noise=0.002)
   from analysis.isoflop.approaches import FitOptions
   boots = {}
   for window in (None, 1):
@@ -239,6 +240,9 @@ def test_window_is_approach2s_and_warns_when_it_leaves_no_residual_dof():
     if res1 is not None:
       boots[(window, 1)] = bootstrap(runs, "1", res1, n_resamples=4, options=opts)
   assert boots[None].resampling == "residuals" and boots[1].resampling == "runs"
+  # Approach 1 fits every size: its residual pool, and so its interval, ignores the window.
+  assert boots[(1, 1)].resampling == "residuals"
+  assert boots[(1, 1)].ci["a"] == boots[(None, 1)].ci["a"]
   warns = approach_warnings("2", fit_approach(runs, "2", options=FitOptions(window=1)), boots[1])
   assert any("so the bootstrap fell back to resampling runs" in w for w in warns), warns
   # Approach 3's misfit warning names the residual bootstrap only when that method ran.
