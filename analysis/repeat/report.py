@@ -269,7 +269,7 @@ def markdown(block: dict) -> list[str]:
     lines += ["", f"Profile intervals: each parameter held on a grid across its search box, the "
               f"others re-optimised; threshold {cal}. A profile that stays under the threshold "
               f"to the box's edge is not identified by these data (the range it covers is "
-              f"shown, not an interval); `profile.png` shows each."
+              f"shown, not an interval); `profile.png` draws each (unless --no-figures)."
               + (" With the base held fixed the profile is conditional on it: the base's own "
                  "error is not in it (--repeat-base joint re-optimises the base at every "
                  "profile point)." if block.get("base_mode", "fixed") == "fixed" else "")]
