@@ -27,6 +27,8 @@ from analysis.isoflop.bootstrap import DEFAULT_METHOD, check_method
 from analysis.isoflop.diagnostics import outside_interval
 from analysis.errors import ApproachUnsupported, FitError, FitOptionError
 from analysis.isoflop.fit import FitReport, fit_all
+from analysis.isoflop.profile import profile_a
+from analysis import profile as profile_lib
 from analysis.io import load_results
 
 DEFAULT_JOBS = min(2, os.cpu_count() or 1)  # processes for Approach 3's starts
@@ -49,7 +51,7 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
                 grid: str | np.ndarray | None = None,
                 bootstrap_method: str = DEFAULT_METHOD,
                 envelope: str = "quadratic", repeat_base: laws.ParametricLaw | None = None,
-                repeat_base_from: str = "") -> FitReport:
+                repeat_base_from: str = "", repeat_base_mode: str | None = None) -> FitReport:
   """Fits a results table and writes ``fit.json``, ``fit.md`` and the figures into ``out_dir``.
 
   Args:
@@ -75,7 +77,9 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
       line each, without a "warning:" prefix); None: through ``log`` as
       "warning: ...". They are in ``fit.json`` and ``fit.md`` either way.
     window: Approach 2: fit each parabola on the sizes within ``window``
-      places of the lowest observed loss (None: all sizes).
+      places of the lowest observed loss (None: all sizes); Approach 2's residual
+      bootstrap pools the residuals of those windowed quadratics (Approaches 1 and 3 keep
+      the pool over all sizes).
     huber_delta: Approach 3's Huber threshold (Chinchilla: 1e-3).
     loss: Approach 3's loss, "huber" or "asymmetric".
     asymmetry: factor on under-predicted runs of the asymmetric loss.
@@ -92,6 +96,10 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     repeat_base: a table whose runs repeat data: the single-epoch law of the repetition
       fits (:mod:`analysis.repeat.report`); None: the table's own Approach 3.
     repeat_base_from: where ``repeat_base`` comes from, in words.
+    repeat_base_mode: "fixed" (the base held while the repetition constants are fitted: the
+      papers' two-stage procedure) or "joint" (polished with them); None: "fixed" for a
+      ``repeat_base`` given, "joint" for the table's own Approach 3 (held fixed, a base fitted
+      on the same table gives intervals far too narrow: docs/fitting.md).
 
   Returns:
     The :class:`~analysis.isoflop.fit.FitReport`.
@@ -117,6 +125,11 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   except ValueError as e:
     raise FitOptionError(str(e)) from None
   check_method(bootstrap_method)
+  if repeat_base_mode is None:
+    repeat_base_mode = "fixed" if repeat_base is not None else "joint"
+  if repeat_base_mode not in fit_repeat_lib.BASE_MODES:
+    raise FitOptionError(f"unknown repeat base mode {repeat_base_mode!r}; valid: "
+                         f"{', '.join(fit_repeat_lib.BASE_MODES)}")
   options = FitOptions(window=window, huber_delta=huber_delta, loss=loss, asymmetry=asymmetry,
                        grid=_grid(grid), envelope=envelope)
   t0 = time.perf_counter()
@@ -128,9 +141,8 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   all_runs = runs
   if fit_repeat_lib.has_repetition(runs):  # Approaches 1-3 fit the runs of one epoch or less
     runs = fit_repeat_lib.single_epoch(runs)
-    say(f"{len(all_runs) - len(runs)} runs repeat data or read a smaller unique set: Approaches "
-        f"1-3 fit the {len(runs)} runs of one epoch or less of the largest; the repetition laws "
-        f"fit all")
+    say(f"{len(all_runs) - len(runs)} runs repeat data (D > unique_tokens): Approaches 1-3 fit "
+        f"the {len(runs)} runs of one epoch or less; the repetition laws fit all")
   try:
     report = fit_all(runs, approaches, n_bootstrap=n_bootstrap, seed=seed,
                      strict=approach != "all", n_jobs=n_jobs, log=say, options=options,
@@ -140,11 +152,15 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   if not report.results:
     raise FitError("no approach could be fitted: " + "; ".join(
         f"approach {k}: {v}" for k, v in report.skipped.items()))
+  if "3" in report.results and options.loss == "huber":
+    report.profiles["3"] = profile_a(report.results["3"], runs, delta=options.huber_delta)
   if all_runs is not runs:
     report.repeat = _fit_repeat(all_runs, report, n_bootstrap, seed, say, repeat_base,
-                                repeat_base_from)
+                                repeat_base_from, repeat_base_mode)
   with paths_lib.staged_dir(out) as local_out:  # gs://: uploaded once everything is written
     figure_paths = plots.make_figures(report, local_out, compare_laws) if figures else []
+    if figures:
+      figure_paths += repeat_report.plot_profiles(_profiles_to_draw(report), local_out)
     json_path, md_path = reportlib.write_report(report, local_out, compare_laws, figure_paths)
     if figures:  # drawn from fit.json, as add_validation redraws it
       figure_paths += _validation_figure(json_path, report.runs, local_out)
@@ -162,6 +178,10 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
     outside = outside_interval(res, boot)
     flag = f"  (outside its interval: {outside.split(', from ')[1]})" if outside else ""
     say(f"approach {k}: a = {p['a']:.4f}{ci}{flag}{extra}")
+    prof = report.profiles.get(k) or {}
+    if prof.get("a"):
+      say(f"approach {k}: {profile_lib.describe('a', prof['a'])}; "
+          f"{profile_lib.describe('b', prof['b'])}")
   if v is not None and v["rel_error"] is not None:
     say(f"validation: run {v['run_id']} at C={v['C']:.3g}: predicted loss "
         f"{v['predicted_loss']:.4f}, measured {v['measured_loss']:.4f} nats/token "
@@ -176,8 +196,21 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   return report
 
 
+def _profiles_to_draw(report) -> dict:
+  """Title -> profile dict of every profile the fit computed (Approach 3's a, the repetition
+  constants), for ``profile.png``."""
+  out = {f"approach 3: {k}": (report.profiles.get("3") or {}).get(k) for k in ("a",)}
+  rep = report.repeat
+  if rep is not None and not isinstance(rep, dict):
+    for form, f in rep.forms.items():
+      for k, p in (f.get("profile") or {}).items():
+        if isinstance(p, dict) and "grid" in p:
+          out[f"{form}: {k}"] = p
+  return {k: v for k, v in out.items() if v}
+
+
 def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say, base=None,
-                base_from: str = "") -> object:
+                base_from: str = "", base_mode: str = "fixed") -> object:
   """The repetition fits of a table whose runs repeat data (analysis.repeat.report), with
   ``base`` as the single-epoch law, else Approach 3's when it was fitted; {"status":
   "skipped"} when they fail."""
@@ -188,8 +221,8 @@ def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say, base=None,
                  f"less)")
   try:
     rep = repeat_report.fit_repeat(runs, base, n_bootstrap=n_bootstrap, seed=seed, log=say,
-                                   base_from=base_from or "given")
-  except (FitError, ApproachUnsupported, ValueError, FloatingPointError) as e:
+                                   base_from=base_from or "given", base_mode=base_mode)
+  except (FitError, ApproachUnsupported, ValueError, ArithmeticError) as e:
     say(f"repeat: not fitted: {e}")
     return {"status": "skipped", "reason": str(e)}
   say(f"repeat: {rep.verdict}")

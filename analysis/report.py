@@ -44,6 +44,7 @@ import numpy as np
 from chinchax.laws import parametric as laws
 from analysis.isoflop import approach2
 from analysis import recipe as recipe_lib
+from analysis import profile as profile_lib
 from analysis.repeat import report as repeat_report
 from analysis import validation as validation_lib
 from analysis.isoflop.approach1 import APPROACH1_QUADRATIC_SIZES
@@ -207,6 +208,8 @@ def report_dict(report: FitReport, compare: Sequence[laws.Law] = (),
                                              report.warnings.get(key, ()))
     elif key in report.skipped:
       out[f"approach{key}"] = {"status": "skipped", "reason": report.skipped[key]}
+  if "approach3" in out and report.profiles.get("3"):
+    out["approach3"]["profile"] = report.profiles["3"]
   out["warnings"] = [{"approach": k, "message": m} for k in APPROACHES
                      for m in report.warnings.get(k, ())]
   pool = residual_pool(runs)    # the runs' scatter, as fit_all judges Approach 3's warnings by
@@ -352,6 +355,12 @@ def markdown(data: dict) -> str:
     if d3["n_interior_starts_at_best"] == 0:
       lines.append("WARNING: only starts on the grid's edge reached the best optimum; a wider "
                    "grid of starts might find a better one.")
+    prof = d3.get("profile") or {}
+    if prof.get("a"):
+      lines.append(f"Profile likelihood: {profile_lib.describe('a', prof['a'])}; "
+                   f"{profile_lib.describe('b', prof['b'])} (ln A, ln B, ln E and alpha + beta "
+                   f"re-optimised at each point; threshold "
+                   f"{prof['calibration']['text']}).")
     if d3.get("bootstrap"):
       lines.append(f"Bootstrap: {d3['bootstrap']['method']} ({d3['bootstrap']['wall_time_s']:.1f} s"
                    f", {d3['bootstrap']['n_failed']} failed).{_bounds_text(d3['bootstrap'])}")

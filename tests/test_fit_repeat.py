@@ -83,15 +83,15 @@ def test_one_epoch_is_chinchilla():
   assert law.loss(N, 4 * D, D) > TRUE_BASE.loss(N, 4 * D)  # repeats are worth less than fresh
 
 
-def test_base_law_rows_are_the_fresh_data_of_the_largest_unique_set():
-  # One epoch or less of a smaller unique set is not fresh data: only the unlimited runs (or,
-  # with no unlimited run, those of the largest set) fit the base law.
+def test_base_law_rows_are_every_run_of_one_epoch_or_less():
+  # D <= U is a single-epoch run whatever its unique set (each run of a published table may
+  # carry its own U); only D > U repeats.
   from analysis.runs import Runs
   N = np.array([1e6, 1e6, 1e6, 1e6, 2e6])
   D = np.array([1e8, 1e8, 5e8, 2e7, 1e8])
-  for U, keep in ((np.array([np.inf, 2e8, 2e8, 2e8, np.inf]), [0, 4]),
-                  (np.array([4e8, 2e8, 2e8, 2e8, 4e8]), [0, 4]),
-                  (np.array([4e8, 2e8, 2e8, 2e8, 1e8]), [0])):
+  for U, keep in ((np.array([np.inf, 2e8, 2e8, 2e8, np.inf]), [0, 1, 3, 4]),
+                  (np.array([4e8, 2e8, 2e8, 2e8, 4e8]), [0, 1, 3, 4]),
+                  (np.array([4e8, 2e8, 2e8, 2e8, 1e8]), [0, 1, 3, 4])):  # e: exactly one epoch
     runs = Runs(N=N, D=D, loss=np.full(5, 3.0), budget=6 * N * D, run_id=tuple("abcde"),
                 unique_tokens=U)
     assert list(fr.single_epoch(runs).run_id) == [("abcde")[i] for i in keep]
@@ -111,13 +111,14 @@ def test_overfit_optimal_epochs_by_hand():
     ("overfit", lr.OverfitLaw(base=TRUE_BASE, P=0.1)),
 ])
 def test_fit_recovers_known_parameters(form, truth):
-  """As ``chinchax fit`` does it: the base by Approach 3 on the runs of one epoch or less
-  (a coarse start grid, for speed), then the form; under Muennighoff's law those runs are
-  not Chinchilla's (excess parameters act at one epoch), so the base starts off biased."""
+  """As ``chinchax fit --repeat-base joint`` does it: the base by Approach 3 on the runs of
+  one epoch or less (a coarse start grid, for speed), then the form and the base together;
+  under Muennighoff's law those runs are not Chinchilla's (excess parameters act at one
+  epoch), so the base starts off biased and only the joint polish removes that."""
   runs = _runs(truth)
   base = _base(runs)
   rows = fr.RepeatRows.from_runs(runs)
-  law, _ = fr.fit_form(form, base, rows)
+  law, _ = fr.fit_form(form, base, rows, joint=form == "muennighoff")
   for k, v in truth.params().items():
     assert law.params()[k] == pytest.approx(v, rel=0.1), k
   for k in ("alpha", "beta"):  # E trades with A and alpha within the noise: judged below
@@ -149,9 +150,8 @@ def test_chinchax_fit_writes_the_repeat_block(tmp_path):
   report = pipeline.fit_results(
       tmp_path / "results.jsonl", tmp_path / "fit", approach="3", n_bootstrap=8, min_budgets=1,
       compare=["epoch"], grid="logA=0:20:5,logB=0:20:5,logE=-1:1:3,alpha=0.25:1:3,beta=0.25:1:3")
-  # Approach 3 saw the 15 fresh rows; the 6 of one epoch or less of a smaller unique set are
-  # left to the repetition forms (a small sample is not fresh data).
-  assert len(report.runs) == 15
+  # Approach 3 saw the 15 fresh rows and the 6 of one epoch of a smaller unique set.
+  assert len(report.runs) == 21
   data = json.loads((tmp_path / "fit" / "fit.json").read_text())
   block = data["repeat"]
   assert block["form"] == "overfit" and block["input"]["n_repeated"] == 30
@@ -178,7 +178,9 @@ def test_chinchax_fit_writes_the_repeat_block(tmp_path):
       "repetition laws')"), logged
   assert "## Data-constrained runs" in (tmp_path / "fit" / "fit.md").read_text()
   assert (tmp_path / "fit" / "repeat.png").stat().st_size > 1000
-  assert "repeat.svg" in data["figures"]
+  assert "repeat.svg" in data["figures"] and "profile.png" in data["figures"]
+  assert data["repeat"]["overfit"]["profile"]["P"]["identified"]
+  assert "P in [" in (tmp_path / "fit" / "fit.md").read_text()
 
 
 def test_block_loads_back_as_law():

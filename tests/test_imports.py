@@ -14,7 +14,7 @@ modules of its own layer and of the layers below it, never above:
   chinchax.checkpoint, chinchax.data     orbax checkpoints; token stores and pipelines
   ---- the core ends here; analysis/ may import only the core ----
   chinchax.export → sample → train → bench → planning → ladder → aot     the verbs
-  analysis: base (errors, runs, io, blas, recipe, validation) → isoflop → repeat
+  analysis: base (errors, runs, io, blas, recipe, validation, profile) → isoflop → repeat
             → reports (report, plots, pipeline, tuning) → isotime
   chinchax.cli                           the command line (the only importer of analysis)
 
@@ -49,7 +49,7 @@ VERB_LAYERS = (("chinchax.export",), ("chinchax.sample",), ("chinchax.train",), 
                ("chinchax.planning",), ("chinchax.ladder",), ("chinchax.aot",))
 ANALYSIS_LAYERS = (
     ("analysis.errors", "analysis.runs", "analysis.io", "analysis.blas", "analysis.recipe",
-     "analysis.validation"),
+     "analysis.validation", "analysis.profile"),
     ("analysis.isoflop",),
     ("analysis.repeat",),
     ("analysis.report", "analysis.figures", "analysis.plots", "analysis.pipeline",

@@ -316,9 +316,11 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
   options = options or FitOptions()
   pool = fallback = None
   if method == "residuals":
-    # The whole table's noise, before Approach 2 drops budgets; with a window, from the
-    # windowed quadratics the fit uses.
-    pool = residual_pool(runs) if options.window is None else residual_pool(runs, options.window)
+    # The whole table's noise, before Approach 2 drops budgets; with a window, Approach 2's
+    # from the windowed quadratics its fit uses (the window is Approach 2's: Approaches 1 and 3
+    # fit every size, and their noise is the scatter about quadratics over all sizes).
+    pool = (residual_pool(runs, options.window) if options.window is not None and approach == "2"
+            else residual_pool(runs))
     if pool.dof < MIN_RESIDUAL_DOF:
       fallback = (f"residual resampling needs >= {MIN_RESIDUAL_DOF} residual degrees of freedom "
                   f"(budgets with >= {MIN_SIZES_FOR_RESIDUALS} sizes, n - {QUADRATIC_PARAMS} "
@@ -384,11 +386,12 @@ def bootstrap(runs: Runs, approach: str, full, *, n_resamples: int = 200, seed: 
     ci = {k: (float("nan"), float("nan")) for k in names}
     std = {k: float("nan") for k in names}
     fN = fD = (np.full(len(frontier_C), np.nan), np.full(len(frontier_C), np.nan))
+  pool_window = options.window if approach == "2" else None
   if pool is not None:
     line = (f"{n_resamples} replicates resampling residuals (seed {seed}): each run's loss and "
             f"eval curve times exp(e), e drawn with replacement from {pool.residuals.size} "
             f"pooled, centred residuals in ln L of quadratics in ln N over "
-            f"{pool.budgets.size} budgets{_window_text(options.window)} (inflated by sqrt(n/(n-{QUADRATIC_PARAMS}))); pooled "
+            f"{pool.budgets.size} budgets{_window_text(pool_window)} (inflated by sqrt(n/(n-{QUADRATIC_PARAMS}))); pooled "
             f"residual s.d. {pool.sd:.3g} in ln L, {pool.dof} dof; N, D and budgets fixed")
   elif approach == "3":
     line = f"{n_resamples} resamples of all runs with replacement (seed {seed})"

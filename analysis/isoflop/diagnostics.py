@@ -82,8 +82,9 @@ def _approach3_warnings(res, boot: BootstrapResult | None, scatter_sd: float | N
     out.append(f"the law misses the runs by {rms:.2g} in ln L (RMS), {rms / sd:.1f}x their "
                f"scatter about the IsoFLOP quadratics ({sd:.2g}): the form E + A/N^alpha + "
                f"B/D^beta does not hold to the runs' precision over this grid, so where its a "
-               f"differs from Approaches 1 and 2 the difference is the form's, and a residual-"
-               f"bootstrap interval (which resamples only that scatter) is too narrow")
+               f"differs from Approaches 1 and 2 the difference is the form's"
+               + (", and a residual-bootstrap interval (which resamples only that scatter) is "
+                  "too narrow" if boot is not None and boot.resampling == "residuals" else ""))
   if boot is not None and "E" in boot.ci:
     e_lo, e_hi = boot.ci["E"]
     if np.isfinite(e_lo) and e_lo < E_ZERO_FRACTION * res.E:
@@ -112,6 +113,9 @@ def _bootstrap_warnings(boot: BootstrapResult | None, res=None) -> list[str]:
     return []
   out = []
   outside = outside_interval(res, boot) if res is not None else None
+  if "fell back to resampling runs" in (boot.method or ""):
+    out.append(boot.method.split(": ", 1)[0].replace("; fell back", ", so the bootstrap fell "
+                                                     "back"))
   if outside:
     out.append(f"the point estimate {outside}: the interval does not describe this fit; "
                f"more resamples (--bootstrap) or a denser table would")

@@ -47,6 +47,8 @@ class FitReport:
     frontier_C: FLOPs of the frontier table and figure, shape (P,).
     options: the :class:`~analysis.isoflop.approaches.FitOptions` used.
     warnings: approach -> warnings on its fit (:mod:`analysis.isoflop.diagnostics`).
+    profiles: approach -> its profile-likelihood intervals (Approach 3's a and b:
+      :func:`analysis.isoflop.profile.profile_a`).
     repeat: runs that repeat data: the repetition fits
       (:class:`analysis.repeat.report.RepeatReport`), or {"status": "skipped", "reason"};
       None for a table without repeated runs.
@@ -61,6 +63,7 @@ class FitReport:
   options: FitOptions = dataclasses.field(default_factory=FitOptions)
   warnings: dict[str, list[str]] = dataclasses.field(default_factory=dict)
   repeat: Any = None
+  profiles: dict = dataclasses.field(default_factory=dict)
 
 
 def frontier_flops(runs: Runs, extra_decades: float = 2.0, n: int = 60) -> np.ndarray:

@@ -7,20 +7,23 @@ The procedure (Approach 3 style, :mod:`analysis.isoflop.approach3`):
 2. With the base fixed, each form's repetition parameters minimise the summed
    Huber_delta(ln L_pred − ln L) over ALL runs (delta = 1e-3, Chinchilla App. D.2), by
    L-BFGS-B from a small grid of starts: Muennighoff's R_D* and R_N* (in log space, within
-   [:data:`R_STAR_BOUNDS`]), the additive form's P (within [0, :data:`P_MAX`]); then, for
-   Muennighoff's form, one polish of base and terms together from there (:func:`fit_form`).
+   [:data:`R_STAR_BOUNDS`]), the additive form's P (within [0, :data:`P_MAX`]). That is the
+   papers' two-stage procedure (Muennighoff et al. 2023, Sec. 3 and App.: the single-epoch
+   law first, the decay constants with it held) and the default, :data:`BASE_MODES`
+   "fixed"; "joint" adds one polish of base and terms together from there (:func:`fit_form`).
 3. Intervals: residual bootstrap (fixed design; :mod:`analysis.isoflop.bootstrap`'s default): each
    replicate multiplies every run's predicted loss by exp(e), e drawn from that form's
-   centred residuals in ln L, refits the base (the additive form: on the single-epoch runs;
-   Muennighoff's: jointly with its terms) and the form from the full fit's optimum; 95%
-   percentile intervals.
+   centred residuals in ln L, refits the base where the fit made it (a base fitted on this
+   table's single-epoch runs is refitted on the replicate's, then held; "joint" polishes it
+   with the terms; a given base stays) and the form from the full fit's optimum; 95%
+   percentile intervals. A replicate that fails is counted by its reason, never raised.
+   Profile-likelihood intervals beside them: :mod:`analysis.repeat.profile`.
 4. Leave-one-unique-size-out: for each distinct U among the repeated runs (D > U), the form
-   is refitted without that U's repeated runs and predicts them (the base, fitted on
-   single-epoch runs, stays); the error is (predicted − measured) / measured.
+   is refitted without that U's repeated runs and predicts them (a fixed base stays; "joint"
+   polishes it again in each fold); the error is (predicted − measured) / measured. A fold
+   that fails is recorded with its reason.
 
-A decay constant is "identified" when its optimum lies inside the bounds and its bootstrap
-interval's upper end stays below half the upper bound; R_N* is not fitted at all when no run
-has excess parameters (N > N_opt(U_D)), and then N' = N.
+R_N* is not fitted at all when no run has excess parameters (N > N_opt(U_D)), and then N' = N.
 Units: N parameters, D and U tokens, loss nats/token.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 
 import numpy as np
@@ -46,6 +50,9 @@ R_STAR_BOUNDS = (1e-2, 1e4)  # search box of R_D* and R_N*
 P_MAX = 10.0                 # search box of P: [0, P_MAX]
 _LOG_R_STARTS = np.log([1.0, 5.0, 15.0, 50.0, 300.0])
 _P_STARTS = (1e-4, 1e-3, 1e-2, 0.1, 1.0)
+BASE_MODES = ("fixed", "joint")  # the base held (two-stage, the default) or polished with the terms
+# What a failed replicate or fold can raise: the fit's own errors and float trouble at a far point.
+FIT_FAILURES = (FitError, ValueError, ArithmeticError, np.linalg.LinAlgError)
 
 
 @dataclasses.dataclass
@@ -86,19 +93,18 @@ def has_repetition(runs: Runs) -> bool:
 
 
 def single_epoch(runs: Runs) -> Runs:
-  """The runs of fresh data, for the base law: one epoch or less (D <= U, or no U) of the
-  table's largest unique set (the unlimited split).
+  """The single-epoch runs, for Approaches 1-3 and the base law: every run of one epoch or
+  less (D <= U, or no U), whatever its unique set (Muennighoff et al. 2023, Sec. 3: no token
+  repeats, so D' = D). A table whose single-epoch runs each record their own U (each read
+  its data once) fits as a plain IsoFLOP table.
 
-  A run of one epoch or less of a smaller unique set is left to the repetition fits: a
-  sample of a few hundred thousand tokens is a few dozen documents, whose loss on the
-  validation split lies above fresh data's even before any token repeats (0.03–0.07
-  nats/token at 400k tokens of the stdlib corpus, docs/data-constrained.md).
+  (A sample of a few hundred thousand tokens sits a little above fresh data even read once:
+  0.03–0.07 nats/token at 400k tokens of the stdlib corpus, docs/data-constrained.md; those
+  runs count as single-epoch runs too, and that gap shows in the base's residuals.)
   """
   if runs.unique_tokens is None:
     return runs
-  rows = RepeatRows.from_runs(runs)
-  largest = rows.U >= rows.U.max() * (1.0 - EPOCH_TOL)
-  return runs.subset(np.flatnonzero(~rows.repeated & largest))
+  return runs.subset(np.flatnonzero(~RepeatRows.from_runs(runs).repeated))
 
 
 def _huber(r: np.ndarray, delta: float) -> float:
@@ -122,11 +128,17 @@ def excess_params(base: laws.ParametricLaw, rows: RepeatRows) -> np.ndarray:
   return rows.N / np.minimum(rows.N, np.asarray(lr.tokens_to_params(base, U_D))) - 1.0
 
 
+BAD_OBJECTIVE = 1e30  # the objective at a trial point where the law is not finite
+
+
 def _objective(form, base, rows, fit_rn, delta):
   logL = np.log(rows.loss)
 
   def f(theta):
-    pred = make_law(form, base, theta, fit_rn).loss(rows.N, rows.D, rows.U)
+    with np.errstate(all="ignore"):  # a trial step far out overflows; it is refused below
+      pred = np.asarray(make_law(form, base, theta, fit_rn).loss(rows.N, rows.D, rows.U))
+    if not np.all(np.isfinite(pred) & (pred > 0)):
+      return BAD_OBJECTIVE
     return _huber(np.log(pred) - logL, delta)
   return f
 
@@ -163,29 +175,28 @@ def _joint_objective(form, base_name, rows, fit_rn, delta):
   def f(theta):
     try:
       law = make_law(form, _base_of(theta, base_name), theta[5:], fit_rn)
-    except (ValueError, OverflowError):
-      return 1e30
+    except (ValueError, ArithmeticError):
+      return BAD_OBJECTIVE
     with np.errstate(all="ignore"):  # a trial step far out overflows; it is refused below
       pred = np.asarray(law.loss(rows.N, rows.D, rows.U))
     if not np.all(np.isfinite(pred) & (pred > 0)):
-      return 1e30
+      return BAD_OBJECTIVE
     return _huber(np.log(pred) - logL, delta)
   return f
 
 
 def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
-             delta: float = approach3.HUBER_DELTA, starts=None, joint: bool | None = None
+             delta: float = approach3.HUBER_DELTA, starts=None, joint: bool = False
              ) -> tuple[lr.RepeatLaw, np.ndarray]:
   """Fits one form's repetition parameters (module docstring, step 2).
 
-  First with ``base`` fixed, from every start; then, with ``joint``, one L-BFGS-B polish of
-  the base's five parameters and the form's together over all runs from that optimum (the
-  form's law holds the polished base). The polish is Muennighoff's form's default: its
-  excess-parameter term acts at one epoch too (a run with N > N_opt(D)), so a plain
-  Chinchilla base fitted on those runs is biased under it. The additive form leaves every
-  single-epoch run to the base, so its base stays the one fitted on them (polishing it on the
-  repeated runs too only lets it bend toward them: on a 23-run repeat ladder it went to
-  alpha = 3, E = 0).
+  First with ``base`` fixed, from every start (the papers' two-stage procedure, the
+  default); then, with ``joint``, one L-BFGS-B polish of the base's five parameters and the
+  form's together over all runs from that optimum (the form's law holds the polished base).
+  A reason to polish: Muennighoff's excess-parameter term acts at one epoch too (a run with
+  N > N_opt(D)), so a plain Chinchilla base fitted on those runs is biased under it. A reason
+  not to: the polished base bends toward the repeated runs (the additive form's, on a 23-run
+  repeat ladder, went to alpha = 3, E = 0), and the decay constants then trade with it.
 
   Args:
     form: "muennighoff" or "overfit".
@@ -193,7 +204,7 @@ def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
     rows: the runs, shape (R,) each.
     delta: Huber threshold.
     starts: starts of the form's parameters, shape (S, k); None: the default grid.
-    joint: polish base and form together; None: for Muennighoff's form only.
+    joint: polish base and form together (default: the base held fixed).
 
   Returns:
     (law, theta): the fitted law and theta = (ln A, ln B, ln E, alpha, beta) + the form's
@@ -205,8 +216,7 @@ def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
   """
   if not rows.repeated.any():
     raise FitError("no run trains more than one epoch (D > unique_tokens): nothing to fit")
-  joint = form == "muennighoff" if joint is None else joint
-  fit_rn = form == "muennighoff" and bool((excess_params(base, rows) > EPOCH_TOL).any())
+  fit_rn = fit_rn_for(form, base, rows)
   bounds = _form_bounds(form, fit_rn)
   if starts is None:
     if form == "muennighoff":
@@ -235,6 +245,11 @@ def fit_form(form: str, base: laws.ParametricLaw, rows: RepeatRows, *,
   return make_law(form, law_base, theta[5:], fit_rn), theta
 
 
+def fit_rn_for(form: str, base: laws.ParametricLaw, rows: RepeatRows) -> bool:
+  """Whether R_N* is fitted: Muennighoff's form and some run with excess parameters."""
+  return form == "muennighoff" and bool((excess_params(base, rows) > EPOCH_TOL).any())
+
+
 def _refit_base(base: laws.ParametricLaw, rows: RepeatRows,
                 delta: float = approach3.HUBER_DELTA) -> laws.ParametricLaw:
   """``base`` refitted on the single-epoch runs of ``rows`` by L-BFGS from its own
@@ -246,7 +261,14 @@ def _refit_base(base: laws.ParametricLaw, rows: RepeatRows,
                                   args=args, jac=True, method="L-BFGS-B")
   if not (res.x[3] > 0 and res.x[4] > 0):
     raise FitError("a bootstrap replicate's base has alpha or beta <= 0")
-  return _base_of(res.x, base.name)
+  return dataclasses.replace(_base_of(res.x, base.name), units=base.units,
+                             fit_range_flops=base.fit_range_flops)
+
+
+def failure_reason(e: BaseException) -> str:
+  """A failure's kind and message without its numbers, so that like failures count together."""
+  msg = re.sub(r"-?\d+(\.\d+)?(e[+-]?\d+)?", "…", str(e).split(" (")[0])
+  return f"{type(e).__name__}: {msg}"[:160]
 
 
 def _ci_of(samples: dict[str, list]) -> dict:
@@ -258,11 +280,20 @@ def _ci_of(samples: dict[str, list]) -> dict:
 
 
 def bootstrap_form(form: str, rows: RepeatRows, law: lr.RepeatLaw, theta: np.ndarray,
-                   n: int = 200, seed: int = 0) -> dict:
+                   n: int = 200, seed: int = 0, *, joint: bool = False,
+                   refit_base: bool = True) -> dict:
   """Residual-bootstrap intervals of a form's parameters (module docstring, step 3).
 
+  Args:
+    form, rows, law, theta: the full fit (:func:`fit_form`).
+    n: replicates; seed: their seed.
+    joint: polish base and terms together in each replicate (as the full fit did).
+    refit_base: with the base held fixed, refit it on each replicate's single-epoch runs
+      first (a base this table fitted); False: the base stays (a given one).
+
   Returns:
-    {"ci": {param: [lo, hi]}, "n_resamples", "n_failed", "seed", "level", "wall_time_s"}.
+    {"ci": {param: [lo, hi]}, "n_resamples", "n_failed", "failures" (reason -> count),
+    "seed", "level", "method", "wall_time_s"}.
   """
   t0 = time.perf_counter()
   rng = np.random.default_rng(seed)
@@ -270,38 +301,50 @@ def bootstrap_form(form: str, rows: RepeatRows, law: lr.RepeatLaw, theta: np.nda
   resid = np.log(pred) - np.log(rows.loss)
   resid = resid - resid.mean()
   samples: dict[str, list] = {k: [] for k in law.params()}
-  failed = 0
+  failed, failures = 0, {}
   for _ in range(n):
+    star = dataclasses.replace(rows, loss=pred * np.exp(rng.choice(resid, len(pred))))
     try:
-      star = dataclasses.replace(rows, loss=pred * np.exp(rng.choice(resid, len(pred))))
-      base = law.base if form == "muennighoff" else _refit_base(law.base, star)
-      fitted, _ = fit_form(form, base, star, starts=[theta[5:]])
-    except (FitError, ValueError, FloatingPointError):
+      with np.errstate(all="ignore"):
+        base = (_refit_base(law.base, star) if refit_base and not joint else law.base)
+        fitted, _ = fit_form(form, base, star, starts=[theta[5:]], joint=joint)
+    except FIT_FAILURES as e:
       failed += 1
+      why = failure_reason(e)
+      failures[why] = failures.get(why, 0) + 1
       continue
     for k, v in fitted.params().items():
       samples[k].append(v)
-  return {"ci": _ci_of(samples), "n_resamples": n, "n_failed": failed, "seed": seed,
-          "level": CI_LEVEL, "method": "residuals (fixed design; base and form refitted)",
+  what = ("base polished with the form" if joint else
+          "base refitted on the single-epoch runs, then held" if refit_base else
+          "the given base held")
+  return {"ci": _ci_of(samples), "n_resamples": n, "n_failed": failed, "failures": failures,
+          "seed": seed, "level": CI_LEVEL, "method": f"residuals (fixed design; {what})",
           "wall_time_s": round(time.perf_counter() - t0, 3)}
 
 
 def leave_one_unique_out(form: str, base: laws.ParametricLaw, rows: RepeatRows,
-                         theta: np.ndarray) -> dict:
+                         theta: np.ndarray, joint: bool = False) -> dict:
   """Leave-one-unique-size-out prediction errors (module docstring, step 4).
 
   Returns:
     {"folds": [{"unique_tokens", "n_runs", "rel_errors": [...], "mean_abs_rel_error"}],
-    "rms_rel_error", "mean_abs_rel_error"} over all held-out runs (None with under 2 sizes).
+    "failed_folds": [{"unique_tokens", "reason"}], "rms_rel_error", "mean_abs_rel_error"}
+    over all held-out runs (None with under 2 sizes or no fold fitted).
   """
   sizes = np.unique(rows.U[rows.repeated])
-  folds, errs = [], []
+  folds, errs, failed = [], [], []
   for U in sizes:
     out = rows.repeated & np.isclose(rows.U, U, rtol=1e-9)
     train = rows.subset(~out)
     if not train.repeated.any():
       continue
-    fitted, _ = fit_form(form, base, train)
+    try:
+      with np.errstate(all="ignore"):
+        fitted, _ = fit_form(form, base, train, joint=joint)
+    except FIT_FAILURES as e:
+      failed.append({"unique_tokens": float(U), "reason": failure_reason(e)})
+      continue
     held = rows.subset(out)
     pred = np.asarray(fitted.loss(held.N, held.D, held.U))
     e = (pred - held.loss) / held.loss
@@ -310,10 +353,12 @@ def leave_one_unique_out(form: str, base: laws.ParametricLaw, rows: RepeatRows,
                   "rel_errors": [float(x) for x in e],
                   "mean_abs_rel_error": float(np.mean(np.abs(e)))})
   if not errs:
-    return {"folds": [], "rms_rel_error": None, "mean_abs_rel_error": None,
-            "note": "fewer than 2 unique sizes among the repeated runs: nothing to hold out"}
+    return {"folds": [], "failed_folds": failed, "rms_rel_error": None,
+            "mean_abs_rel_error": None,
+            "note": ("every fold failed" if failed else
+                     "fewer than 2 unique sizes among the repeated runs: nothing to hold out")}
   e = np.asarray(errs)
-  return {"folds": folds, "rms_rel_error": float(np.sqrt(np.mean(e ** 2))),
+  return {"folds": folds, "failed_folds": failed, "rms_rel_error": float(np.sqrt(np.mean(e ** 2))),
           "mean_abs_rel_error": float(np.mean(np.abs(e)))}
 
 

@@ -27,7 +27,9 @@ from chinchax.laws import parametric as laws
 from chinchax.laws import repeat as lr
 from analysis import io as io_lib
 from analysis.isoflop import approach3
+from analysis import profile as pl
 from analysis.repeat import fit as fr
+from analysis.repeat import profile as rprof
 from analysis.runs import Runs  # noqa: E402
 
 _FORM_TITLES = {"muennighoff": "Muennighoff et al. 2023 (effective D', N')",
@@ -42,7 +44,8 @@ class RepeatReport:
   Attributes:
     base: the single-epoch law; base_from: where it came from (words).
     rows: every run fitted (repeated and not).
-    forms: form -> {"law", "theta", "bootstrap", "loo", "residual_rms", "identified"}.
+    forms: form -> {"law", "theta", "bootstrap", "profile", "loo", "residual_rms",
+      "identified"}.
     base_errors: the base law's errors on the repeated runs (repetition ignored).
     validation: per held-out validation run: its N, D, U, epochs, measured loss and each
       form's prediction and relative error.
@@ -57,12 +60,24 @@ class RepeatReport:
   validation: list
   better: str
   verdict: str
+  base_mode: str = "fixed"
+
+  @property
+  def base_text(self) -> str:
+    """Which procedure ran and which base numbers the fitted laws hold, in words."""
+    if self.base_mode == "fixed":
+      return (f"base held fixed (two-stage, as Muennighoff et al. 2023): {_base_numbers(self.base)}"
+              f" from {self.base_from}")
+    each = "; ".join(f"{form}: {_base_numbers(f['law'].base)}" for form, f in self.forms.items())
+    return (f"base refitted jointly with the repetition constants (--repeat-base joint), from "
+            f"{_base_numbers(self.base)} ({self.base_from}) to {each}")
 
   def to_dict(self) -> dict:
     """The ``repeat`` block of fit.json."""
     forms = {}
     for form, f in self.forms.items():
       forms[form] = {"params": f["law"].params(), "ci": f["bootstrap"]["ci"],
+                     "profile": f["profile"],
                      "base": {k: getattr(f["law"].base, k) for k in ("E", "A", "B", "alpha",
                                                                      "beta")},
                      "identified": f["identified"], "residual_rms": f["residual_rms"],
@@ -73,6 +88,7 @@ class RepeatReport:
         forms[form]["optimal_epochs"] = _finite(f["law"].optimal_epochs)
     r = self.rows
     return {"status": "ok", "form": self.better, "verdict": self.verdict,
+            "base_mode": self.base_mode, "base_text": self.base_text,
             "base": dict(self.base.to_dict(), fitted_on=self.base_from),
             "input": {"n_runs": len(r.N), "n_repeated": int(r.repeated.sum()),
                       "unique_sizes": sorted({float(u) for u in r.U[r.repeated]}),
@@ -87,9 +103,17 @@ def _finite(x):
   return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _identified(value: float, ci) -> bool:
-  """Whether a decay constant is pinned down: its optimum inside the search box, and its
-  interval off both ends (above 2× the lower bound, below half the upper)."""
+def _base_numbers(b) -> str:
+  return (f"E = {b.E:.4g}, A = {b.A:.4g}, B = {b.B:.4g}, alpha = {b.alpha:.4g}, "
+          f"beta = {b.beta:.4g}")
+
+
+def _identified(value: float, ci, prof: dict | None = None) -> bool:
+  """Whether a decay constant is pinned down: its profile closes inside the search box on
+  both sides (:mod:`analysis.repeat.profile`); without a profile, its optimum inside the box
+  and its bootstrap interval off both ends (above 2× the lower bound, below half the upper)."""
+  if prof is not None and "identified" in prof:
+    return bool(prof["identified"])
   lo, hi = math.log(fr.R_STAR_BOUNDS[0]), math.log(fr.R_STAR_BOUNDS[1])
   inside = lo + 1e-3 < math.log(value) < hi - 1e-3
   return bool(inside and ci is not None and ci[0] > 2 * fr.R_STAR_BOUNDS[0]
@@ -98,7 +122,8 @@ def _identified(value: float, ci) -> bool:
 
 def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstrap: int = 200,
                seed: int = 0, log: Callable[[str], None] | None = None,
-               base_from: str = "given") -> RepeatReport:
+               base_from: str = "given", base_mode: str = "fixed",
+               level: float = pl.CI_LEVEL) -> RepeatReport:
   """Fits both repetition forms to ``runs`` (module docstring; :mod:`analysis.repeat.fit`).
 
   Args:
@@ -108,12 +133,19 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
     seed: bootstrap seed.
     log: progress printer.
     base_from: where a given ``base`` comes from, in words (fit.json's ``base.fitted_on``).
+    base_mode: "fixed" (the base held: the papers' two-stage procedure) or "joint" (polished
+      with the repetition terms); :data:`analysis.repeat.fit.BASE_MODES`.
+    level: the profile intervals' confidence level.
 
   Raises:
     FitError: no repeated run, or a form that cannot be fitted.
     ApproachUnsupported: fewer than 5 single-epoch runs to fit the base on.
   """
   say = log or (lambda msg: None)
+  if base_mode not in fr.BASE_MODES:
+    raise ValueError(f"unknown base mode {base_mode!r}; valid: {', '.join(fr.BASE_MODES)}")
+  joint = base_mode == "joint"
+  given = base is not None
   base_runs = fr.single_epoch(runs)
   if base is None:
     base = approach3.fit_approach3(base_runs).law
@@ -123,25 +155,37 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
   forms = {}
   for form in lr.FORMS:
     t0 = time.perf_counter()
-    law, theta = fr.fit_form(form, base, rows)
-    boot = (fr.bootstrap_form(form, rows, law, theta, n=n_bootstrap, seed=seed)
+    law, theta = fr.fit_form(form, base, rows, joint=joint)
+    boot = (fr.bootstrap_form(form, rows, law, theta, n=n_bootstrap, seed=seed, joint=joint,
+                              refit_base=not given)
             if n_bootstrap > 0 else {"ci": {k: None for k in law.params()}})
-    loo = fr.leave_one_unique_out(form, base, rows, theta)
-    resid = np.log(np.asarray(law.loss(rows.N, rows.D, rows.U))) - np.log(rows.loss)
+    if boot.get("n_failed"):
+      say(f"repeat: {form}: {boot['n_failed']} of {n_bootstrap} bootstrap replicates could not "
+          f"be fitted and are left out ({'; '.join(f'{n}x {w}' for w, n in boot['failures'].items())})")
+    prof = rprof.profile_form(form, base, rows, law, theta, joint=joint, level=level)
+    loo = fr.leave_one_unique_out(form, base, rows, theta, joint=joint)
+    for fold in loo.get("failed_folds", []):
+      say(f"repeat: {form}: leave-one-out fold U = {fold['unique_tokens']:.4g} could not be "
+          f"fitted ({fold['reason']}); left out")
+    with np.errstate(all="ignore"):
+      resid = np.log(np.asarray(law.loss(rows.N, rows.D, rows.U))) - np.log(rows.loss)
     ident = {}
-    if form == "muennighoff":
-      for k in ("R_D_star", "R_N_star"):
-        v = law.params()[k]
-        ident[k] = False if v is None else _identified(v, boot["ci"].get(k))
-    forms[form] = {"law": law, "theta": theta, "bootstrap": boot, "loo": loo,
+    for k, v in law.params().items():
+      if form == "muennighoff" or k in prof:
+        ident[k] = False if v is None else _identified(v, boot["ci"].get(k), prof.get(k))
+    forms[form] = {"law": law, "theta": theta, "bootstrap": boot, "loo": loo, "profile": prof,
                    "residual_rms": float(np.sqrt(np.mean(resid ** 2))), "identified": ident}
     say(f"repeat: {form}: {_params_text(law)} fitted with intervals and leave-one-out in "
         f"{time.perf_counter() - t0:.1f} s")
+    for line in rprof.profile_lines(form, prof):
+      say(f"repeat: {form}: {line}")
   better, verdict = _verdict(forms)
-  return RepeatReport(base=base, base_from=base_from, rows=rows, forms=forms,
-                      base_errors=fr.base_only_errors(base, rows),
-                      validation=[_validation(row, base, forms) for row in runs.held_out],
-                      better=better, verdict=verdict)
+  report = RepeatReport(base=base, base_from=base_from, rows=rows, forms=forms,
+                        base_errors=fr.base_only_errors(base, rows),
+                        validation=[_validation(row, base, forms) for row in runs.held_out],
+                        better=better, verdict=verdict, base_mode=base_mode)
+  say(f"repeat: {report.base_text}")
+  return report
 
 
 def _params_text(law) -> str:
@@ -202,11 +246,11 @@ def markdown(block: dict) -> list[str]:
   inp = block["input"]
   lines = ["## Data-constrained runs (repeated data)", "",
            f"{inp['n_repeated']} of {inp['n_runs']} runs repeat data (up to "
-           f"{inp['max_epochs']:.3g} epochs) over {len(inp['unique_sizes'])} unique sizes; base "
-           f"law: {block['base']['fitted_on']}.", "",
-           "| form | parameters (95% CI) | identified | LOO-U RMS rel. error "
-           "| in-sample RMS ln L |",
-           "|---|---|---|---|---|"]
+           f"{inp['max_epochs']:.3g} epochs) over {len(inp['unique_sizes'])} unique sizes. "
+           f"{_first_upper(block.get('base_text') or 'base law: ' + block['base']['fitted_on'])}.",
+           "", "| form | parameters (95% bootstrap CI) | 95% profile | identified "
+           "| LOO-U RMS rel. error | in-sample RMS ln L |",
+           "|---|---|---|---|---|---|"]
   for form in lr.FORMS:
     d = block.get(form)
     if not d:
@@ -216,9 +260,28 @@ def markdown(block: dict) -> list[str]:
                    for k, v in d["params"].items())
     ident = ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in d["identified"].items()) or "–"
     loo = d["leave_one_unique_out"].get("rms_rel_error")
-    lines.append(f"| {d['title']} | {ps} | {ident} | "
+    prof = "; ".join(rprof.profile_lines(form, d.get("profile") or {})) or "–"
+    lines.append(f"| {d['title']} | {ps} | {prof} | {ident} | "
                  f"{'–' if loo is None else f'{100 * loo:.2f}%'} | {d['residual_rms']:.4g} |")
   pub = block["published"]
+  cal = next((block[f]["profile"]["calibration"]["text"] for f in lr.FORMS
+              if (block.get(f) or {}).get("profile", {}).get("calibration")), None)
+  if cal:
+    lines += ["", f"Profile intervals: each parameter held on a grid across its search box, the "
+              f"others re-optimised; threshold {cal}. A profile that stays under the threshold "
+              f"to the box's edge is not identified by these data (the range it covers is "
+              f"shown, not an interval); `profile.png` draws each (unless --no-figures)."
+              + (" With the base held fixed the profile is conditional on it: the base's own "
+                 "error is not in it (--repeat-base joint re-optimises the base at every "
+                 "profile point)." if block.get("base_mode", "fixed") == "fixed" else "")]
+  failed = [f"{f}: {block[f]['bootstrap'].get('n_failed')} of "
+            f"{block[f]['bootstrap'].get('n_resamples')} bootstrap replicates"
+            for f in lr.FORMS if (block.get(f) or {}).get("bootstrap", {}).get("n_failed")]
+  failed += [f"{f}: leave-one-out fold U = {x['unique_tokens']:.4g} ({x['reason']})"
+             for f in lr.FORMS for x in (block.get(f) or {}).get(
+                 "leave_one_unique_out", {}).get("failed_folds", [])]
+  if failed:
+    lines += ["", "Not fitted (left out, counted): " + "; ".join(failed) + "."]
   lines += ["", f"{block['verdict']}. The base law alone (repetition ignored) is off by "
             f"{100 * block['base_only_on_repeated']['rms_rel_error']:.2f}% RMS on the repeated "
             f"runs. Published (Muennighoff et al. 2023): R_D* = {pub['R_D_star']:.4g}, "
@@ -273,6 +336,44 @@ def plot_repeat(report: RepeatReport, out_dir: str) -> list[str]:
   ax.legend(fontsize=7)
   os.makedirs(out_dir, exist_ok=True)
   return save_figure(fig, out_dir, "repeat")
+
+
+def _first_upper(text: str) -> str:
+  return text[:1].upper() + text[1:]
+
+
+def plot_profiles(profiles: dict, out_dir: str) -> list[str]:
+  """``profile``: one small panel per profiled parameter, the statistic 2·lambda·Δf against
+  the parameter (log axis for R*), the threshold dashed, the range within it shaded.
+
+  Args:
+    profiles: title -> :func:`analysis.profile.profile`'s dict (e.g. "muennighoff R_D_star").
+    out_dir: folder.
+
+  Returns:
+    The PNG and SVG paths ([] when there is nothing to draw).
+  """
+  items = [(t, p) for t, p in profiles.items() if p and p.get("grid")]
+  if not items:
+    return []
+  fig, axes = plt.subplots(1, len(items), figsize=(2.6 * len(items), 2.3), squeeze=False)
+  for ax, (title, p) in zip(axes[0], items):
+    x = np.asarray(p["grid"], dtype=np.float64)
+    y = np.asarray([np.nan if v is None else v for v in p["statistic"]], dtype=np.float64)
+    ax.plot(x, y, ".-", color="tab:blue", lw=1, ms=3)
+    ax.axhline(p["threshold"], ls="--", color="gray", lw=0.8)
+    lo, hi = p["covered"]
+    ax.axvspan(lo, hi, color="tab:green" if p["identified"] else "tab:red", alpha=0.15)
+    if p["identified"]:  # the interval and as much again either side, on a linear axis
+      ax.set_xlim(lo - (hi - lo), hi + (hi - lo))
+    elif x.min() > 0 and x.max() / x.min() > 50:  # the whole box of a decay constant
+      ax.set_xscale("log")
+    ax.set_ylim(0, max(3 * p["threshold"], 1.0))
+    ax.set_title(f"{title}{'' if p['identified'] else ' (not identified)'}", fontsize=7)
+    ax.tick_params(labelsize=6)
+  axes[0][0].set_ylabel("2·λ·Δ objective", fontsize=7)
+  os.makedirs(out_dir, exist_ok=True)
+  return save_figure(fig, out_dir, "profile")
 
 
 def save_figure(fig, out_dir: str, stem: str) -> list[str]:

@@ -17,8 +17,13 @@ vs deeper per time budget; its validation run is added when there is one.
 it on the IsoTime runs.
 
 A table whose runs repeat data (D > unique_tokens) gets the repetition laws too
-(``analysis.repeat.report``: Approaches 1-3 on the runs of one epoch or less);
-there ``--law`` gives their single-epoch law instead of the table's Approach 3.
+(``analysis.repeat.report``: Approaches 1-3 on the runs of one epoch or less, D <= U);
+there ``--law`` gives their single-epoch law instead of the table's Approach 3, and
+``--repeat-base fixed`` (the default with ``--law``: the papers' two-stage procedure) holds that
+law while the repetition constants are fitted, ``joint`` (the default without ``--law``, whose
+base is fitted on the same table) refits it with them. Each repetition constant (and
+Approach 3's a, b) gets a profile-likelihood interval beside its bootstrap one; a constant the
+table cannot pin down is reported as not identified, with the range its profile covers.
 
 Bad input, or an approach that the table cannot support when it was asked
 for explicitly, raises a ``UserError`` (``chinchax.cli.main``: one ``error:``
@@ -32,11 +37,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
+import os
 import sys
 from typing import Callable
 
 from analysis.repeat import fit as fit_repeat
 from analysis.isotime import fit as isotime
+from analysis import recipe
 from analysis import tuning
 from analysis.isoflop.approach1 import APPROACH1_ENVELOPES
 from analysis.isoflop.approach3 import HUBER_DELTA
@@ -82,9 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                  help="published law name or fit JSON to draw beside the fit (repeatable; "
                       f"default: {', '.join(laws.PUBLISHED_LAWS)})")
   p.add_argument("--window", type=int, default=None, metavar="K",
-                 help="Approach 2: fit each parabola only on the K sizes either side of the "
-                      "lowest observed loss (default: all sizes); a narrow window removes the "
-                      "bias of wide IsoFLOP grids")
+                 help="Approach 2 only: fit each parabola only on the K sizes either side of the "
+                      "lowest observed loss, and pool Approach 2's bootstrap residuals from those "
+                      "windowed parabolas (default: all sizes); a narrow window removes the bias "
+                      "of wide IsoFLOP grids. K = 1 leaves no residual dof: the bootstrap "
+                      "resamples runs instead, with a warning")
   p.add_argument("--envelope", default="quadratic", choices=APPROACH1_ENVELOPES,
                  help="Approach 1: N_opt at each FLOP value is the minimum of a quadratic in ln N "
                       "through the winning size and 2 sizes either side (default), or the "
@@ -110,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
                  help="fit a table whose runs used different tokenizers anyway (their losses "
                       "are in different units: the law holds for none of them; default: "
                       "refused)")
+  p.add_argument("--repeat-base", default=None, choices=fit_repeat.BASE_MODES,
+                 help="tables whose runs repeat data: 'fixed' holds the single-epoch law while "
+                      "the repetition constants are fitted, as Muennighoff et al. 2023 do "
+                      "(default with --law); 'joint' refits it together with them (default "
+                      "without --law: a base fitted on the same table, held fixed, gives "
+                      "intervals far too narrow; docs/fitting.md)")
   p.add_argument("--no-figures", action="store_true", help="skip the figures")
   p.add_argument("--quiet", action="store_true", help="print only errors")
   return p
@@ -214,22 +231,34 @@ def main(argv: list[str] | None = None) -> int:
     _fit_isotime(args, info)
     return 0
   base = _repeat_base(args) if args.law else None
+  if args.repeat_base is not None and not args.law:
+    _repeated_table(args, "--repeat-base")
   with disk_full_guard(args.out or default_out_dir(args.results)):
     _fit_table(args, base)
   return 0
 
 
-def _repeat_base(args) -> laws.ParametricLaw:
-  """``--law`` on an IsoFLOP table: the single-epoch law of its repetition fits, allowed
-  only when some run repeats data (FitOptionError otherwise, or for a law without a loss)."""
+def _repeated_table(args, flag: str) -> None:
+  """FitOptionError unless some run of the table repeats data (the table's own errors are
+  left to the fit)."""
   try:
     runs = load_results(args.results, min_budgets=1)
   except ResultsError:
-    runs = None  # the fit itself says what is wrong with the table
-  if runs is None or not fit_repeat.has_repetition(runs):
-    raise FitOptionError("--law is for IsoTime tables (rows with budget_kind 'seconds') and "
-                         "tables whose runs repeat data (the repetition laws' single-epoch "
-                         "law); an IsoFLOP table's law is fitted from the table")
+    return  # the fit itself says what is wrong with the table
+  if not fit_repeat.has_repetition(runs):
+    raise FitOptionError(f"{flag} is for tables whose runs repeat data (some run with D > "
+                         f"unique_tokens; {args.results} has none)" + (
+                             " and IsoTime tables (rows with budget_kind 'seconds'); an "
+                             "IsoFLOP table's law is fitted from the table"
+                             if flag == "--law" else ""))
+
+
+def _repeat_base(args) -> laws.ParametricLaw:
+  """``--law`` on an IsoFLOP table: the single-epoch law of its repetition fits, allowed
+  only when some run repeats data, the law has all five parameters and its loss units are
+  the table's (FitOptionError otherwise, or for a law without a loss)."""
+  _repeated_table(args, "--law")
+  _check_base_parameters(args.law)
   try:
     law = laws.get_law(args.law)
   except ValueError as e:
@@ -237,7 +266,39 @@ def _repeat_base(args) -> laws.ParametricLaw:
   if not isinstance(law, laws.ParametricLaw):
     raise FitOptionError(f"--law {args.law!r} has no L(N, D) (Approach 1/2 only allocate); "
                          f"the repetition laws need an Approach-3 law")
+  table_units = recipe.table_units(args.results, recipe.table_recipe(args.results))
+  if law.units.known and table_units.known and not law.units.same_tokenizer(table_units):
+    raise FitOptionError(f"--law {args.law!r} predicts loss in {law.units.describe()}, the "
+                         f"table's losses are {table_units.describe()}: a base law must be in "
+                         f"the table's loss units (fit one on runs with the table's tokenizer)")
   return law
+
+
+def _check_base_parameters(spec: str) -> None:
+  """FitOptionError when a ``--law`` file holds a base law with some of E, A, B, alpha, beta
+  missing or not finite numbers (a fixed base needs all five)."""
+  if spec in laws.PUBLISHED_LAWS or not os.path.isfile(spec):
+    return
+  try:
+    with open(spec) as f:
+      d = json.load(f)
+  except (OSError, ValueError):
+    return  # get_law says what is wrong with it
+  if not isinstance(d, dict):
+    return
+  d = d if any(k in d for k in _BASE_KEYS) else (d.get("approach3") or {})
+  if not isinstance(d, dict) or not any(k in d for k in _BASE_KEYS):
+    return
+  bad = [k for k in _BASE_KEYS if not (isinstance(d.get(k), (int, float))
+                                       and not isinstance(d.get(k), bool)
+                                       and math.isfinite(d[k]))]
+  if bad:
+    raise FitOptionError(f"--law {spec!r}: the base law needs E, A, B, alpha and beta as "
+                         f"finite numbers; {', '.join(bad)} "
+                         f"{'is' if len(bad) == 1 else 'are'} missing or not a number")
+
+
+_BASE_KEYS = ("E", "A", "B", "alpha", "beta")
 
 
 def _fit_table(args, repeat_base=None) -> None:
@@ -248,7 +309,8 @@ def _fit_table(args, repeat_base=None) -> None:
               warn=(lambda msg: None) if args.quiet else console.warn, window=args.window,
               huber_delta=args.huber_delta, loss=args.loss, asymmetry=args.asymmetry,
               grid=args.grid, bootstrap_method=args.bootstrap_method, envelope=args.envelope,
-              repeat_base=repeat_base, repeat_base_from=f"--law {args.law}" if args.law else "")
+              repeat_base=repeat_base, repeat_base_from=f"--law {args.law}" if args.law else "",
+              repeat_base_mode=args.repeat_base or ("fixed" if args.law else "joint"))
   if tuning.tuned_rows(tuning.read_rows(args.results)):  # a tuned ladder's table
     tuning.tuning_report(args.results, args.out or default_out_dir(args.results),
                          log=(lambda msg: None) if args.quiet else console.say)

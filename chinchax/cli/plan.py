@@ -31,6 +31,7 @@ from chinchax import console
 from chinchax.cost import hardware as hardware_lib
 from chinchax.laws import parametric as laws
 from chinchax.laws import units as law_units
+from chinchax.laws import parametric as laws_parametric
 from chinchax.laws import repeat as laws_repeat
 from chinchax.cost import step_time as step_time_lib
 from chinchax.cli import helptext
@@ -170,7 +171,9 @@ def run(args: argparse.Namespace) -> planner.Plan:
   data_limit = None
   if unique is not None:
     rlaw, note = constrained.repeat_law(args.law, law)
-    data_limit = constrained.data_limited(args.flops, unique, rlaw, note, plain=law)
+    data_limit = constrained.data_limited(
+        args.flops, unique, rlaw, note, loose=constrained.unidentified(args.law),
+        plain=law if isinstance(law, laws_parametric.ParametricLaw) else rlaw.base)
     law = laws_repeat.DataLimitedLaw(rlaw, unique)
   rec, rec_note = recipe_lib.law_recipe(args.law)
   vocab = args.vocab_size or recipe_lib.vocab_size(rec) or law_units.BYTES_VOCAB_SIZE

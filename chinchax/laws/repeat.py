@@ -83,11 +83,24 @@ def effective(U, R, R_star):
   return _out(U + U * R_star * -np.expm1(-R / R_star))
 
 
+# ln of the largest and smallest values the laws' terms are allowed to reach before exp():
+# inside float64's range with room for the products that follow.
+_LOG_CLIP = 600.0
+
+
 def tokens_to_params(base: laws.ParametricLaw, D):
   """The base law's compute-optimal N for D tokens: N = G·(D·G)^(beta/alpha) (inverting
-  Chinchilla eq. 4, D_opt = G^-1 (C/6)^b, N_opt = G (C/6)^a); D scalar or array."""
+  Chinchilla eq. 4, D_opt = G^-1 (C/6)^b, N_opt = G (C/6)^a); D scalar or array.
+
+  Evaluated in log space, ln N = ln G + (beta/alpha)·(ln D + ln G) with
+  ln G = (ln(alpha·A) − ln(beta·B)) / (alpha + beta), and ln N clipped to ±600 before exp:
+  a far trial point of a fit (alpha + beta near 0) gives a huge N, never an OverflowError."""
   D = _arr(D)
-  return _out(base.G * (D * base.G) ** (base.beta / base.alpha))
+  log_g = ((math.log(base.alpha) + math.log(base.A) - math.log(base.beta) - math.log(base.B))
+           / (base.alpha + base.beta))
+  with np.errstate(divide="ignore"):
+    log_n = log_g + (base.beta / base.alpha) * (np.log(D) + log_g)
+  return _out(np.exp(np.clip(log_n, -_LOG_CLIP, _LOG_CLIP)))
 
 
 def _check_positive(name: str, value, allow_none: bool = False) -> None:
@@ -140,8 +153,9 @@ class MuennighoffLaw:
   def loss(self, N, D, U):
     """Predicted loss, nats/token, at N parameters, D tokens, U unique tokens (broadcast)."""
     b = self.base
-    out = (b.E + b.A * _arr(self.effective_params(N, D, U)) ** (-b.alpha)
-           + b.B * _arr(self.effective_data(D, U)) ** (-b.beta))
+    with np.errstate(over="ignore", under="ignore"):  # inf where a far trial point overflows
+      out = (b.E + b.A * _arr(self.effective_params(N, D, U)) ** (-b.alpha)
+             + b.B * _arr(self.effective_data(D, U)) ** (-b.beta))
     return _out(out)
 
   def params(self) -> dict:
@@ -183,7 +197,8 @@ class OverfitLaw:
     """P · ln(D / U_D) · B / U_D^beta, U_D = min(U, D), nats/token (0 at one epoch or
     less); scalar or array."""
     U_D = np.minimum(_arr(U), _arr(D))
-    return _out(self.P * np.log(_arr(D) / U_D) * self.base.B * U_D ** (-self.base.beta))
+    with np.errstate(over="ignore", under="ignore"):
+      return _out(self.P * np.log(_arr(D) / U_D) * self.base.B * U_D ** (-self.base.beta))
 
   def loss(self, N, D, U):
     """Predicted loss, nats/token, at N parameters, D tokens, U unique tokens (broadcast)."""

@@ -18,6 +18,7 @@ base law there).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from chinchax.laws import parametric as laws
@@ -60,26 +61,33 @@ def repeat_law(spec, base: laws.ParametricLaw | None = None) -> tuple[lr.RepeatL
     PlanError: a law without a loss (Chinchilla Approaches 1 and 2 only allocate).
   """
   base = base if base is not None else laws.get_law(spec)
-  if not isinstance(base, laws.ParametricLaw):
+  block = _repeat_block(spec)
+  if not isinstance(base, laws.ParametricLaw) and block is None:
     raise PlanError(f"--unique-tokens needs a law that predicts loss (Approach 3 form), and "
                     f"{getattr(base, 'name', spec)!r} only allocates compute; use e.g. "
                     f"--law chinchilla-approach3 or a fit JSON")
-  block = _repeat_block(spec)
-  if block is not None:
-    form = block["form"]
-    b = block[form].get("base") or {}
-    try:
-      form_base = laws.ParametricLaw(name=base.name, E=float(b["E"]), A=float(b["A"]),
-                                     B=float(b["B"]), alpha=float(b["alpha"]),
-                                     beta=float(b["beta"]), source=base.source,
-                                     fit_range_flops=base.fit_range_flops, units=base.units)
-    except (KeyError, TypeError, ValueError):
+  if block is not None:  # a fit whose top-level law only allocates (--approach 2) still
+    form = block["form"]  # holds the repetition law's base in its repeat block
+    form_base = None
+    for b in (block[form].get("base"), block.get("base")):
+      try:
+        form_base = laws.ParametricLaw(
+            name=base.name, E=float(b["E"]), A=float(b["A"]), B=float(b["B"]),
+            alpha=float(b["alpha"]), beta=float(b["beta"]), source=base.source,
+            fit_range_flops=base.fit_range_flops, units=base.units)
+        break
+      except (KeyError, TypeError, ValueError):
+        continue
+    if form_base is None:
+      if not isinstance(base, laws.ParametricLaw):
+        raise PlanError(f"--law {spec!r}: its repeat block records no base law (E, A, B, "
+                        f"alpha, beta) and its own law only allocates compute")
       form_base = base
     law = lr.law_from_block(block, form_base, form)
     params = ", ".join(f"{k} = {v:.4g}" for k, v in law.params().items() if v is not None)
     loose = [k for k, ok in (block[form].get("identified") or {}).items() if not ok]
-    caveat = (f"; the fit did not identify {', '.join(loose)} (interval at its box's end): "
-              f"a rough guide" if loose else "")
+    caveat = (f"; the fit did not identify {', '.join(loose)} (its profile reaches its search "
+              f"box's end): a rough guide" if loose else "")
     return law, f"repetition terms fitted in {spec} ({form} form: {params}{caveat})"
   law = lr.MuennighoffLaw(base=base, R_D_star=lr.MUENNIGHOFF_R_D_STAR,
                           R_N_star=lr.MUENNIGHOFF_R_N_STAR, name="muennighoff-published")
@@ -89,8 +97,49 @@ def repeat_law(spec, base: laws.ParametricLaw | None = None) -> tuple[lr.RepeatL
                f"own base law, not this one)")
 
 
+def unidentified(spec) -> dict:
+  """{param: [lo, hi]}: the repetition constants of a fit file's better form whose profile
+  likelihood stays within its threshold to the search box's edge (``chinchax fit``'s
+  ``profile``), with the range it covers; {} for a published law or an identified fit."""
+  block = _repeat_block(spec)
+  if block is None:
+    return {}
+  prof = (block.get(block.get("form")) or {}).get("profile") or {}
+  return {k: [float(x) for x in p["covered"]] for k, p in prof.items()
+          if isinstance(p, dict) and p.get("covered") and p.get("identified") is False}
+
+
+def profile_spans(C: float, U: float, law: lr.RepeatLaw, loose: dict) -> list[dict]:
+  """How far the data-constrained optimum moves across each unidentified constant's range.
+
+  Args:
+    C: FLOPs; U: unique tokens.
+    law: the fitted repetition law.
+    loose: :func:`unidentified`'s {param: [lo, hi]}.
+
+  Returns:
+    [{"param", "range" [lo, hi], "N" [at lo, at hi], "epochs" [...], "loss" [...]}], the
+    other constants held at their fitted values.
+  """
+  out = []
+  for name, (lo, hi) in loose.items():
+    ends = []
+    for v in (lo, hi):
+      try:
+        law_v = dataclasses.replace(law, **{name: v})
+      except (TypeError, ValueError):
+        break
+      dl = lr.DataLimitedLaw(law_v, U)
+      n, d = dl.optimal_allocation(C)
+      ends.append((n, d / U, float(dl.loss(n, d))))
+    if len(ends) == 2:
+      out.append({"param": name, "range": [lo, hi], "N": [e[0] for e in ends],
+                  "epochs": [e[1] for e in ends], "loss": [e[2] for e in ends]})
+  return out
+
+
 def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str,
-                 plain: laws.ParametricLaw | None = None) -> dict:
+                 plain: laws.ParametricLaw | None = None, loose: dict | None = None) -> dict:
   """The data-constrained optimum beside the unconstrained one.
 
   Args:
@@ -99,6 +148,8 @@ def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str,
     law: the repetition law; note: where its terms come from.
     plain: the law of the unconstrained answer (what ``--law`` plans without a limit);
       None: ``law``'s base.
+    loose: unidentified constants and their profile ranges (:func:`unidentified`): the
+      block's ``unidentified`` says how far the plan moves across each.
 
   Returns:
     {"unique_tokens", "form", "note", "constrained": {N, D, epochs, loss},
@@ -115,7 +166,8 @@ def data_limited(C: float, U: float, law: lr.RepeatLaw, note: str,
           "constrained": {"N": n_c, "D": d_c, "epochs": d_c / U, "loss": loss_c},
           "unconstrained": {"N": n_u, "D": d_u, "epochs": d_u / U, "loss": loss_u,
                             "loss_with_limit": float(dl.loss(n_u, d_u))},
-          "loss_lost": loss_c - loss_u}
+          "loss_lost": loss_c - loss_u,
+          "unidentified": profile_spans(C, U, law, loose or {})}
 
 
 def lines(block: dict, loss_text=None) -> list[str]:
@@ -143,4 +195,8 @@ def lines(block: dict, loss_text=None) -> list[str]:
       f"{loss_u or withheld} with fresh data ({u['epochs']:.3g} epochs of U: "
       f"{loss_ul or 'withheld'})",
       f"    lost to it   {lost}",
-  ]
+  ] + [f"    unidentified {s['param']}: not pinned down by the fit's runs (profile within "
+       f"its threshold over [{s['range'][0]:.4g}, {s['range'][1]:.4g}]); across that range N* "
+       f"{s['N'][0]:.4g} … {s['N'][1]:.4g} params, {s['epochs'][0]:.3g} … {s['epochs'][1]:.3g} "
+       f"epochs, predicted loss {s['loss'][0]:.4f} … {s['loss'][1]:.4f}"
+       for s in block.get("unidentified", [])]
