@@ -58,3 +58,15 @@ def synthetic_runs(law: laws.ParametricLaw, budgets: Sequence[float], *, n_sizes
       budget.append(float(C))
   return runs_from_arrays(N, D, loss, budget=budget, curves=curves if curve_points > 0 else None,
                           source=f"synthetic:{law.name}")
+
+
+def synthetic_runs_at(law: laws.ParametricLaw, N: Sequence[float], D: Sequence[float],
+                      budget: Sequence[float], *, noise: float = 0.0, seed: int = 0) -> Runs:
+  """Runs at given (N, D) points of a planned grid, with final losses L(N, D)·exp(noise·z),
+  z ~ N(0, 1) per run (``noise``: the standard deviation of ln L); ``budget`` groups them
+  into IsoFLOP profiles (FLOPs)."""
+  rng = np.random.default_rng(seed)
+  N, D = np.asarray(N, float), np.asarray(D, float)
+  loss = law.loss(N, D) * np.exp(noise * rng.standard_normal(len(N)))
+  return runs_from_arrays(N, D, loss, budget=[float(c) for c in budget],
+                          source=f"synthetic:{law.name}")

@@ -28,6 +28,7 @@ import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 import chinchax.ladder.lease as lease_lib
 import chinchax.ladder.plan as plan_lib
+import chinchax.ladder.pod as pod
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.worker as worker_lib
 
@@ -45,7 +46,7 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
   n_opt = float(law.optimal_allocation(C)[0])
   base = plan.config.train_config
   return grid.make_run(lc, base.train, C, n_opt, plan.vocab, role="validation", prefix="V",
-                       batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
+                       batch_multiple=pod.batch_multiple_for(plan.config, len(plan.devices)))
 
 
 def plan_fixed_validation(plan: worker_lib.LadderPlan) -> grid.LadderRun:
