@@ -117,7 +117,7 @@ def run_layout(run: grid.LadderRun, lc, hardware: hardware_lib.Hardware, model=N
 def apply_layout(c, lay: layout_lib.Layout) -> None:
   """Writes a layout into a run's training config: mesh, microbatches, remat, loss chunk."""
   c.mesh.update(data=lay.mesh["data"], fsdp=lay.mesh["fsdp"], tensor=lay.mesh["tensor"])
-  c.train.update(microbatches=lay.microbatches, loss_chunk_size=lay.loss_chunk)
+  c.train.update(microbatches=lay.microbatches, loss_chunk_size=str(lay.loss_chunk))
   c.model.remat = lay.remat
 
 
