@@ -104,8 +104,12 @@ def _si(x: float) -> str:
   return f"{x:.3g}"
 
 
+def _gb(x: float) -> str:
+  return f"{x / 1e9:.3g}" if x >= 1e7 else "<0.01"
+
+
 def _ms(s: float) -> str:
-  return f"{s * 1e3:.3g}ms" if s < 1 else f"{s:.3g} s"
+  return f"{s * 1e3:.2g}ms" if s < 0.01 else f"{s * 1e3:.3g}ms" if s < 1 else f"{s:.3g} s"
 
 
 WIDTH = 100  # columns of the table and its wrapped lines
@@ -122,8 +126,8 @@ def row(i: str, c: pod.RunCost, source: str) -> str:
   budget = f"{r.C_budget:.2g}".replace("e+", "e")
   return (f"{i:>3} {budget:>6} {f'{r.shape.d_model}×{r.shape.n_layers}':>8} "
           f"{_si(r.counts.total):>6} {_si(r.D):>6} {batch:>12} {r.hparams.steps:>6} "
-          f"{lay.memory.total / 1e9:>5.3g} {100 * free:>3.0f}% {lay.remat:>5} "
-          f"{_ms(c.step_s):>6} {source[:4]:>4} {c.hours:>6.2f} {dollars:>6}")
+          f"{_gb(lay.memory.total):>5} {100 * free:>3.0f}% {lay.remat:>5} "
+          f"{_ms(c.step_s):>6} {source[:4]:>4} {c.hours:>6.3g} {dollars:>6}")
 
 
 def render(dry: DryRun, precision: dict | None = None) -> str:

@@ -228,8 +228,8 @@ def validate_ladder(lc) -> None:
     validate_time_budgets(lc)
   sized = lc.c_max == 0 and bool(lc.hardware) and lc.budget_kind == "flops"  # chinchax.ladder.pod
   for k in ("c_min", "c_max", "tokens_per_param", "spread"):
-    if sized and k in ("c_min", "c_max"):
-      continue
+    if k in ("c_min", "c_max") and lc[k] == 0 and (sized or (k == "c_min" and lc.hardware)):
+      continue  # sized by chinchax.ladder.pod: c_max to budget_hours, c_min = c_max / 10^decades
     if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] <= 0:
       raise E(f"ladder.{k}={lc[k]!r} must be a positive number"
               + (" (0 for both sizes them to ladder.budget_hours of ladder.hardware)"
@@ -245,7 +245,7 @@ def validate_ladder(lc) -> None:
   if not isinstance(lc.validate_factor, (int, float)) or not lc.validate_factor > 1:
     raise E(f"ladder.validate_factor={lc.validate_factor!r} must be a number > 1 (the validation "
             f"run's budget is validate_factor × ladder.c_max, beyond the grid)")
-  if not sized and lc.c_max < lc.c_min:
+  if not sized and lc.c_min and lc.c_max < lc.c_min:
     raise E(f"ladder.c_max={lc.c_max:g} is below ladder.c_min={lc.c_min:g}")
   if lc.spread <= 1:
     raise E(f"ladder.spread={lc.spread!r} must be > 1 (the N range is N_opt/spread … N_opt·spread)")

@@ -208,12 +208,15 @@ def check_fits(costs: list[RunCost], hardware: hardware_lib.Hardware) -> None:
 
 def size_budgets(lc, train_cfg, vocab: int, hardware: hardware_lib.Hardware) -> None:
   """Sets ``lc.c_min`` / ``lc.c_max`` (when ``lc.c_max`` is 0) so the ladder, validation run
-  included, is predicted to take at most ``lc.budget_hours`` hours of ``hardware``.
+  included, is predicted to take at most ``lc.budget_hours`` hours of ``hardware``; a given
+  c_max with c_min = 0 gets c_min = c_max / 10^``lc.decades``.
 
   Raises:
     ConfigError: ``ladder.c_max = 0`` without ``ladder.budget_hours`` > 0.
   """
   if lc.c_max:
+    if not lc.c_min:
+      lc.c_min = lc.c_max / 10.0 ** float(lc.decades)
     return
   if not lc.budget_hours > 0:
     raise config_lib.ConfigError(
