@@ -195,9 +195,13 @@ def check_fits(costs: list[RunCost], hardware: hardware_lib.Hardware) -> None:
   acc = hardware.accelerator
   lay = worst.layout
   more = f"{n} {acc.display_name} devices" if n else "no device count (one sequence is too large)"
-  c_ok = max((c.run.C_budget for c in ok), default=None)
-  smaller = (f", or ladder.c_max <= {c_ok:.3g} (its largest budget that fits)" if c_ok
-             else "")
+  bad_grid = [c.run.C_budget for c in bad if c.run.role == "grid"]
+  if bad_grid:  # the budgets below the first one with a run that fits nowhere
+    c_ok = max((c.run.C_budget for c in ok if c.run.C_budget < min(bad_grid)), default=None)
+    smaller = (f", or ladder.c_max <= {c_ok:.3g} (the largest budget whose runs all fit)"
+               if c_ok else "")
+  else:
+    smaller = ", or a smaller ladder.validate_factor (only the validation run does not fit)"
   raise config_lib.ConfigError(
       f"run {worst.run.run_id} (N={worst.run.counts.total:,}, global batch "
       f"{worst.run.hparams.global_batch_size}) does not fit {hardware.spec} even at M = "
