@@ -63,8 +63,8 @@ def pod_variant(c, name: str):
   ``pod_cpu``: the same with ``ladder.hardware=cpu``: 3 budgets 1e9 … 3.2e10 FLOPs × 3
   sizes of the 2-layer ``ladder`` shape rule, seq_len 64, a 512-token BPE, an HF-datasets
   directory of local files (``data.hf_name``, which the test writes), at most 4 sequences
-  per microbatch (M up to 7), a loss in chunks of 16 positions, evals every 1 s and
-  checkpoints every 5 s of wall clock, validation at 2 × c_max.
+  per microbatch (M up to 7), a loss in chunks of 16 positions, evals every 3 s and
+  checkpoints every 10 s of wall clock, validation at 2 × c_max.
   """
   c.workdir = "runs/ladder-pod" if name == "pod" else "runs/ladder-pod-cpu"
   c.ladder.update(hardware="v5e-8", budget_hours=24.0, c_min=0.0, c_max=0.0, decades=1.5,
@@ -88,7 +88,7 @@ def pod_variant(c, name: str):
   t.model.update(init="small", scan_layers=False)
   t.data.update(hf_name="", hf_config="", hf_streaming=False, bpe_vocab_size=512)
   t.mesh.num_cpu_devices = 1
-  t.train.update(seq_len=64, warmup_steps=5, log_every=5, eval_every_s=1.0,
-                 checkpoint_every_s=5.0, eval_points=4, eval_windows=128, curve_eval_windows=32,
+  t.train.update(seq_len=64, warmup_steps=5, log_every=5, eval_every_s=3.0,
+                 checkpoint_every_s=10.0, eval_points=4, eval_windows=128, curve_eval_windows=32,
                  loss_chunk_size="16")
   return c
