@@ -118,3 +118,28 @@ def test_pod_cpu_ladder_runs_end_to_end_and_fits(tmp_path):
   assert {c["train"]["loss_chunk_size"] for c in configs} == {"16"}
   assert {c["data"]["tokenizer"] for c in configs} == {"bpe"}
   assert {c["train"]["eval_every_s"] for c in configs} == {3.0}
+
+
+def test_compile_ladder_lists_every_distinct_program_with_the_planners_layout():
+  """compile --ladder's programs: one per run here (no two share shape × layout), each with the
+  dry run's M / remat / loss chunk and FSDP over the slice; the topology stands in for an unset
+  ladder.hardware; a hardware of another size is refused."""
+  from chinchax.aot import ladder_run
+  from chinchax.aot import topology as topology_lib
+  target = topology_lib.parse_target("v5e-8")
+  progs = ladder_run.ladder_programs(_pod(hardware="v5e-8"), target)
+  dry = dryrun.plan_dry_run(_pod(hardware="v5e-8"))
+  assert sum(len(p.run_ids) for p in progs) == len(dry.costs) == 26
+  by_run = {c.run.run_id: c.layout for c in dry.costs}
+  for p in progs:
+    lay = by_run[p.run_ids[0]]
+    t = p.config.train
+    assert (t.microbatches, p.config.model.remat, int(t.loss_chunk_size)) == (
+        lay.microbatches, lay.remat, lay.loss_chunk)
+    assert (p.config.mesh.data, p.config.mesh.fsdp) == (1, 8)
+    assert p.analytic_bytes == pytest.approx(lay.memory.total)
+  assert any(r.startswith("V") for p in progs for r in p.run_ids)
+  unset = ladder_run.ladder_programs(_pod(hardware=""), target)
+  assert [p.key for p in unset] == [p.key for p in progs]
+  with pytest.raises(topology_lib.AotError, match="h100x8"):
+    ladder_run.ladder_programs(_pod(hardware="h100x8"), topology_lib.parse_target("v5e-4"))

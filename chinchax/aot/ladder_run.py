@@ -72,11 +72,11 @@ def ladder_programs(config, target: Target) -> list[Program]:
     AotError: ``ladder.hardware`` and ``--topology`` of different device counts.
   """
   lc, base = config.ladder, config.train_config
-  grid.validate_ladder(lc)
   n = target.n_devices
   hw = _hardware(config, target)
   if hw is not None and not lc.hardware:
     lc.hardware = hw.spec
+  grid.validate_ladder(lc)
   config_lib.validate(base, n)
   vocab = spec_lib.resolve(base, n, backend=target.platform).model.vocab_size
   if hw is None:  # a target the planner cannot lay out: the runs as the base config has them
