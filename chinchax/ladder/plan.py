@@ -121,6 +121,15 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
   runs = (isotime.plan_runs if timed else grid.plan_runs)(
       lc, base.train, spec0.model.vocab_size, batch_multiple=multiple)
   runs = repeat.expand(runs, lc)  # ladder.unique_tokens: the grid once per unique-data size
+  if (write and hardware is not None and hardware.accelerator.kind != "cpu"
+          and len(devices) != hardware.n_devices):
+    raise config_lib.ConfigError(
+        f"ladder.hardware={lc.hardware!r} lays the runs out on {hardware.n_devices} devices but "
+        f"this ladder has {len(devices)} ({devices[0].platform}); name this host's target "
+        f"(e.g. ladder.hardware={devices[0].platform}-{len(devices)} as the hardware table "
+        f"spells it) or run it where {lc.hardware} is")
+  if hardware is not None and not timed:  # a run that fits no layout: refused before any trains
+    pod.check_fits(pod.cost_runs(runs, lc, base.train, hardware), hardware)
   short = [] if timed else [r for r in runs if r.hparams.steps < lc.min_steps]
   if short:
     r = short[0]
