@@ -155,7 +155,9 @@ def main(argv: list[str]) -> int:
 def _compile_ladder(config, target, args, cache) -> int:
   """Every distinct program of the ladder (``chinchax.aot.ladder_run``), each in its own
   process and through the compile cache; the table, or the reports as JSON."""
-  programs = ladder_run.ladder_programs(config, target)
+  # the largest planned memory first: a stopped or failing check has answered the riskiest runs
+  programs = sorted(ladder_run.ladder_programs(config, target),
+                    key=lambda p: -(p.analytic_bytes or 0.0))
   console.say(target.describe(), stream=sys.stderr, enabled=not args.json)
   reports = []
   for i, p in enumerate(programs, 1):
