@@ -21,5 +21,5 @@ for name in ("approach1", "approach2", "approach3"):
   a = (fit.get(name) or {}).get("a")
   print(f"{name}: a = {a}")
 print("validation:", {k: v.get(k) for k in ("run_id", "predicted_loss", "measured_loss",
-                                             "relative_error")})
+                                             "rel_error", "law")})
 PY

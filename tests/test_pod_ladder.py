@@ -113,7 +113,7 @@ def test_pod_cpu_ladder_runs_end_to_end_and_fits(tmp_path):
   assert sum(r["status"] == "done" for r in rows if r.get("role") != "validation") == 9
   fit = json.loads((work / "fit" / "fit.json").read_text())
   assert fit["validation"]["measured_loss"] > 0
-  configs = [json.loads(p.read_text()) for p in (work / "runs").glob("*/config.json")]
+  configs = [json.loads(p.read_text())["config"] for p in (work / "runs").glob("*/config.json")]
   assert max(c["train"]["microbatches"] for c in configs) > 1
   assert {c["train"]["loss_chunk_size"] for c in configs} == {"16"}
   assert {c["data"]["tokenizer"] for c in configs} == {"bpe"}
