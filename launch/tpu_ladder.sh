@@ -20,9 +20,11 @@
 #   --setup                  make DIR/.venv and pip install -e "DIR[tpu]" on every VM
 #   --dir DIR                code directory on the VMs (default: chinchax, under $HOME)
 #   --dry-run                print the gcloud commands instead of running them
-#   --skip-compile           do not compile the ladder's largest run for the VMs first: by default
-#                            `chinchax compile --ladder --topology TYPE` (here, no TPU needed) stops
-#                            the launch before anything is created when it does not fit (exit 3)
+#   --skip-compile           do not compile the ladder's programs for the VMs first: by default
+#                            `chinchax compile --ladder --topology TYPE` (here, no TPU needed)
+#                            compiles every distinct program of the ladder (each in its own
+#                            process, through the compile cache) and stops the launch before
+#                            anything is created when one does not fit (exit 3)
 #
 # Each VM starts, detached (nohup, log in DIR/ladder-worker.log), a loop around
 # `chinchax ladder --config.ladder.worker=True FLAGS` that starts the worker again after a

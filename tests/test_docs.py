@@ -121,6 +121,8 @@ def _check_config_verb(verb: str, words: list[str], written: set[str]) -> None:
   if given is not None and given.split(":")[0] in written:  # e.g. plan --write-config, then train
     words = [w for w in words if w not in (given, "--config", f"--config={given}")]
   words = [w for w in words if not PLACEHOLDER.match(w)]
+  if verb == "ladder":  # its one flag besides the config's: --dry-run (chinchax.cli.ladder)
+    words = [w for w in words if w != "--dry-run"]
   flags_lib.parse_config(words, flags_lib.config_file(cli.CONFIG_VERBS[verb]), verb)
 
 

@@ -108,3 +108,15 @@ def synthetic_repeat_runs(law, budgets: Sequence[float], unique_sizes: Sequence[
   loss = np.asarray(law.loss(N, D, U)) * np.exp(noise * rng.standard_normal(len(N)))
   runs = runs_from_arrays(N, D, loss, budget=6.0 * N * D, source=f"synthetic-repeat:{law.name}")
   return dataclasses.replace(runs, unique_tokens=U)
+
+
+def synthetic_runs_at(law: laws.ParametricLaw, N: Sequence[float], D: Sequence[float],
+                      budget: Sequence[float], *, noise: float = 0.0, seed: int = 0) -> Runs:
+  """Runs at given (N, D) points of a planned grid, with final losses L(N, D)·exp(noise·z),
+  z ~ N(0, 1) per run (``noise``: the standard deviation of ln L); ``budget`` groups them
+  into IsoFLOP profiles (FLOPs)."""
+  rng = np.random.default_rng(seed)
+  N, D = np.asarray(N, float), np.asarray(D, float)
+  loss = law.loss(N, D) * np.exp(noise * rng.standard_normal(len(N)))
+  return runs_from_arrays(N, D, loss, budget=[float(c) for c in budget],
+                          source=f"synthetic:{law.name}")

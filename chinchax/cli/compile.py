@@ -27,8 +27,12 @@ Options:
   --no-cache        compile again even if ~/.cache/chinchax/aot holds this program
   --out FILE        also write the JSON report to FILE
   --require-fit     exit with status 3 when the train step does not fit
-  --ladder          the config is a ladder (default configs/ladder.py): compile its largest
-                    run (the largest size of the largest budget, with its rule's batch)
+  --ladder          the config is a ladder (default configs/ladder.py): compile every distinct
+                    program of it (shape × batch layout, the validation run's included), each in
+                    its own process, with the planner's microbatches and remat per run when
+                    ladder.hardware is set (else the --topology as the hardware); list XLA's
+                    memory beside the planner's and every run that does not fit with its
+                    remedy (with --search: the layouts of its largest program)
 
 TPU targets need libtpu (pip install -e ".[tpu]"), GPU targets JAX's CUDA plugin
 (pip install -e ".[gpu-aot]"). The config defaults to configs/train.py.
@@ -111,14 +115,16 @@ def main(argv: list[str]) -> int:
   target = topology_lib.parse_target(args.topology, num_slices=args.slices)
   topology_lib.check_available(target)
   default = flags_lib.config_file("ladder.py" if args.ladder else "train.py")
-  config = flags_lib.parse_config(config_argv, default, "compile")
+  config = flags_lib.parse_config(config_argv, default, "ladder" if args.ladder else "compile")
   if config is None:
     return 0
+  cache = None if args.no_cache else search_lib.CACHE_DIR
+  if ladder_run.is_ladder_config(config) and not args.search:
+    return _compile_ladder(config, target, args, cache)
   if ladder_run.is_ladder_config(config):
     config, run_id = ladder_run.largest_run_config(config, target)
-    console.say(f"ladder: compiling its largest run, {run_id}", stream=sys.stderr,
-                enabled=not args.json)
-  cache = None if args.no_cache else search_lib.CACHE_DIR
+    console.say(f"ladder: searching the layouts of its largest program, {run_id}",
+                stream=sys.stderr, enabled=not args.json)
   console.say(target.describe(), stream=sys.stderr, enabled=not args.json)
   if args.search:
     def progress(i, n, row):
@@ -144,6 +150,30 @@ def main(argv: list[str]) -> int:
     paths_lib.write_text_atomic(args.out, json.dumps(payload, indent=2, sort_keys=True,
                                                      default=float) + "\n")
   if args.require_fit and not fits:
+    return REQUIRE_FIT_EXIT_CODE
+  return 0
+
+
+def _compile_ladder(config, target, args, cache) -> int:
+  """Every distinct program of the ladder (``chinchax.aot.ladder_run``), each in its own
+  process and through the compile cache; the table, or the reports as JSON."""
+  # the largest planned memory first: a stopped or failing check has answered the riskiest runs
+  programs = sorted(ladder_run.ladder_programs(config, target),
+                    key=lambda p: -(p.analytic_bytes or 0.0))
+  console.say(target.describe(), stream=sys.stderr, enabled=not args.json)
+  reports = []
+  for i, p in enumerate(programs, 1):
+    rep, cached = search_lib.compile_cached(p.config, target, eval_step=not args.no_eval,
+                                            cache_dir=cache)
+    rep = dict(rep, cached=cached, run_ids=p.run_ids, analytic_planner_bytes=p.analytic_bytes)
+    reports.append(rep)
+    console.say(ladder_run.row(i, p, rep), stream=sys.stderr, enabled=not args.json)
+  print(json.dumps(reports, indent=2, default=float) if args.json
+        else ladder_run.render(programs, reports, target))
+  if args.out is not None:
+    paths_lib.write_text_atomic(args.out, json.dumps(reports, indent=2, sort_keys=True,
+                                                     default=float) + "\n")
+  if args.require_fit and not all(r["fits"] for r in reports):
     return REQUIRE_FIT_EXIT_CODE
   return 0
 

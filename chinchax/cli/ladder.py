@@ -5,11 +5,15 @@
 One process by default; ``--config.ladder.workers=K`` starts K local workers;
 ``--config.ladder.worker=True`` makes this process one of many workers sharing
 the workdir (SLURM arrays, TPU VMs, GKE: ``launch/*_ladder*``);
-``--config.ladder.status=True`` prints each run's state and exits, writing nothing.
+``--config.ladder.status=True`` prints each run's state and exits, writing nothing;
+``--dry-run`` (``--config.ladder.dry_run=True``) prices the ladder on ``ladder.hardware``
+(each run's layout, memory, step time, hours and dollars, the totals, the expected
+interval of a) and exits, writing nothing and reading no data.
 
 Example:
   chinchax ladder --config configs/ladder.py:tiny --config.workdir=runs/ladder-tiny
   chinchax ladder --config.ladder.status=True
+  chinchax ladder --config configs/ladder.py:pod --config.ladder.hardware=h100x8 --dry-run
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 import jax
 
 from analysis.isoflop import approach3
+from analysis.isoflop import precision as precision_lib
 from analysis.isotime import fit as isotime_fit
 from analysis import pipeline as fit_pipeline
 from analysis import tuning as tuning_report
@@ -30,6 +35,7 @@ from chinchax import errors
 from chinchax.runtime import interrupts
 from chinchax.runtime import watchdog
 from chinchax import ladder as ladder_lib
+from chinchax.ladder import dryrun as dryrun_lib
 from chinchax.storage import paths as paths_lib
 from chinchax.runtime import jax_settings as runtime
 from chinchax.tracking import wandblog
@@ -164,6 +170,17 @@ def _closing_block(config) -> None:
     console.say(line)
 
 
+def dry_run_text(config) -> str:
+  """The dry run's table (``chinchax.ladder.dryrun``) with the expected interval of a from
+  synthetic ladders at the planned grid (``analysis.isoflop.precision``)."""
+  dry = dryrun_lib.plan_dry_run(config)
+  g = dry.grid_costs
+  prec = precision_lib.expected_a_interval(
+      [c.run.counts.total for c in g], [c.run.D for c in g], [c.run.C_budget for c in g],
+      noise=config.ladder.fit_noise)
+  return dryrun_lib.render(dry, prec)
+
+
 def _pin_to_first_core(lc) -> set[int] | None:
   """An IsoTime ladder with local workers: this process (the probe at start, the validation run
   at the end) runs pinned to one core like each worker, so that every step time is measured on
@@ -189,10 +206,15 @@ def main(argv: list[str]) -> int:
   Raises:
     UserError: bad flags or config, a corpus too small for the grid.
   """
+  dry = "--dry-run" in argv
+  argv = [a for a in argv if a != "--dry-run"]
   config = flags_lib.parse_config(argv, flags_lib.config_file("ladder.py"), "ladder")
   if config is None:
     return 0
   lc = config.ladder
+  if dry or lc.dry_run:
+    print(dry_run_text(config))
+    return 0
   ladder_lib.validate_ladder(lc)
   if lc.fit_grid:  # before any run trains, not at the fit
     try:

@@ -24,8 +24,9 @@ from chinchax.config.checks import (ATTENTION_IMPLS, BUDGET_MODES, COMPILER_OPTI
                                     parse_lr_multipliers, parse_save_steps, parse_trial_seeds,
                                     resolve_mesh_shape,
                                     validate, validate_distributed)
+from chinchax.config.benches import get_bench_variant
 from chinchax.config.defaults import (base_bench_config, base_config, base_ladder_config,
-                                      bench_model, bench_sweep, get_bench_variant,
+                                      bench_model, bench_sweep,
                                       get_ladder_variant, get_variant, knob_comments)
 
 __all__ = [

@@ -318,6 +318,8 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
     raise ConfigError(f"model.document_mask={m.document_mask!r} must be True or False")
   check_positive(t.stop_after_s, "train.stop_after_s", allow_zero=True)
   check_positive(t.stall_timeout_s, "train.stall_timeout_s", allow_zero=True)
+  check_positive(t.eval_every_s, "train.eval_every_s", allow_zero=True)
+  check_positive(t.checkpoint_every_s, "train.checkpoint_every_s", allow_zero=True)
   check_positive(t.profile_steps, "train.profile_steps", allow_zero=True, integer=True)
   check_positive(t.profile_first_step, "train.profile_first_step", integer=True)
   if not isinstance(t.profile_all_processes, bool):

@@ -67,6 +67,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.grad_clip = 1.0               # global-norm clipping threshold; 0 disables
   t.z_loss = 0.0                  # coefficient of z-loss (log Z)^2 (PaLM, Sec. 5); 0 disables
   t.eval_every = 200              # steps between eval-loss measurements (and at the end)
+  t.eval_every_s = 0.0            # > 0: also evaluate at the first log step (train.log_every) after this many seconds of wall clock since the last eval (a pod run's cadence in time; decided on process 0)
   t.eval_batches = 8              # validation batches per eval
   t.curve_eval_windows = 0        # with eval_windows: evals before the last step read only about this many of the windows (evenly spaced whole chunks; 0 = all), the final eval all of them
   t.eval_windows = 0              # > 0: every eval uses this many fixed, evenly spaced val windows (same for any batch size) and reports the loss's standard error; 0 = eval_batches batches of the run's own batch
@@ -74,6 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.eval_points_from = 0.0        # the eval_points start at this fraction of the run's steps (0 = step 1; 0.1 = its last decade)
   t.log_every = 25                # steps between metric rows in metrics.jsonl
   t.checkpoint_every = 200        # steps between async checkpoints (and at the end)
+  t.checkpoint_every_s = 0.0      # > 0: also checkpoint at the first log step after this many seconds of wall clock since the last checkpoint (decided on process 0)
   t.keep_checkpoints = 2          # checkpoints kept in the workdir
   t.peak_flops_per_device = 0.0   # FLOP/s peak for MFU; 0 = known accelerator table or CPU matmul calibration
   t.progress = True               # tqdm progress bar on process 0
@@ -200,6 +202,12 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.step_time = "probe"           # seconds: probe (time each shape's compiled step before its run, cached per shape and host) | PATH of a step-time file (chinchax.cost.step_time) whose model sets the steps
   l.time_control = "fixed"        # seconds: fixed (each run's steps set before it starts from its probe or the step-time file; cosine) | decay (warmup-stable-decay: the constant-LR phase runs on the run's own clock to (1 - cooldown_fraction)·T, then the step count is fixed from the step time measured in it and the decay fills the rest; chinchax.ladder.isoclock)
   l.probe_steps = 100             # seconds: timed steps of a probe (a short `chinchax train` of the run's config, after its compiling step); their mean sets the run's steps
+  l.hardware = ""                 # "" = this host's devices | a hardware spec (v5e-8, v5p-32, h100x8, cpu): every run laid out for it by the planner (FSDP over all devices, per run microbatches, remat, loss chunks) and priced by --dry-run (chinchax.ladder.pod)
+  l.budget_hours = 0.0            # with ladder.hardware: hours of the whole target the ladder (grid and validation run) may take; ladder.c_max = 0 sizes the budgets to it
+  l.decades = 1.5                 # with ladder.c_max = 0: c_min = c_max / 10^decades
+  l.shape_rule = "ladder"         # the grid's shape rule (chinchax.planning.shapes.PRESETS): ladder (2 layers, width in steps of 4) | accelerator (multiples of 128, depth by aspect ratio) | cpu
+  l.microbatch_rows = 0           # > 0 with ladder.hardware: at most this many sequences per device per microbatch (M raised to meet it); 0 = the planner's smallest M that fits
+  l.fit_noise = 0.005             # dry_run: the assumed standard deviation of ln(final eval loss) between reruns of one run (ladder.seeds=2 measures it as seed_sd), for the expected interval of a (synthetic ladders)
   l.hparams = "deepseek"          # per-size peak_lr / batch / b2 / warmup rule (chinchax.cost.hparams): fixed (train_config's values for every run) | deepseek | porian
   l.min_steps = 20                # refuse budgets whose runs would be shorter than this
   l.lr_trials = 1                 # K > 1: every run trains K learning rates in one program (rule's LR × lr_trial_center × lr_trial_factor^u, u = -(K-1)/2 … (K-1)/2; an odd K holds the centre itself, so tuning.md can compare the untuned ×1 trials); the fit reads each point's best (chinchax.ladder.tuning)
@@ -224,6 +232,7 @@ def base_ladder_config() -> ml_collections.ConfigDict:
   l.lease_expiry_s = 300.0        # a run's lease whose heartbeat has not changed this long (observer's clock) is taken over by another worker
   l.heartbeat_s = 15.0            # seconds between heartbeats of a worker's lease (at most lease_expiry_s / 2)
   l.poll_s = 5.0                  # an idle worker (every unfinished run leased by live workers) looks again after this many seconds
+  l.dry_run = False               # with ladder.hardware: print each run's layout, memory, step time, hours and dollars, the totals and the expected interval of a, and exit; writes nothing, reads no data (also: chinchax ladder --dry-run)
   l.status = False                # print each run's state (pending, running on WORKER, done, failed) and exit
   t = base_config()
   t.workdir = "unused"            # each run gets <workdir>/runs/<run_id>
@@ -243,7 +252,8 @@ def base_ladder_config() -> ml_collections.ConfigDict:
 
 
 def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
-  """Named ladder variants: default, gutenberg, isotime, repeat, tiny and repeat_tiny (tests).
+  """Named ladder variants: default, gutenberg, isotime, pod, pod_cpu, repeat, tiny and
+  repeat_tiny (tests).
 
   Raises:
     ConfigError: for an unknown name.
@@ -272,6 +282,8 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
   if name in config_ladders.REPEAT_VARIANTS:  # data-constrained: a unique_tokens axis
     return config_ladders.repeat_variant(get_ladder_variant("tiny") if name == "repeat_tiny"
                                          else c, name)
+  if name in config_ladders.POD_VARIANTS:  # an accelerator ladder (ladder.hardware) and its CPU scale-down
+    return config_ladders.pod_variant(c, name)
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"
     c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
@@ -282,7 +294,7 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     c.train_config.mesh.num_cpu_devices = 0
     return c
   raise ConfigError(f"unknown ladder variant {name!r}; known: default, gutenberg, isotime, "
-                    f"repeat, repeat_tiny, tiny")
+                    f"pod, pod_cpu, repeat, repeat_tiny, tiny")
 
 
 def bench_model(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> ml_collections.ConfigDict:
@@ -343,42 +355,6 @@ def base_bench_config() -> ml_collections.ConfigDict:
   t.budget.update(mode="steps", steps=1000)  # the LR schedule's horizon only
   c.train_config = t              # the training config every point starts from
   return c
-
-
-def get_bench_variant(name: str) -> ml_collections.ConfigDict:
-  """Named bench variants: default (CPU, 8 virtual devices), h200 (one GPU), tiny (for tests).
-
-  Raises:
-    ConfigError: for an unknown name.
-  """
-  c = base_bench_config()
-  if name == "default":
-    return c
-  if name == "h200":
-    c.workdir = "runs/bench-h200"
-    c.bench.update(warmup_steps=3, timed_steps=10, fit_sweep="", point_timeout_s=240)
-    c.models = m = ml_collections.ConfigDict()
-    m.m125 = bench_model(768, 12, 12, 2048)    # 110M parameters with a 32768 vocab
-    m.m350 = bench_model(1024, 24, 16, 2816)   # 342M parameters with a 32768 vocab
-    c.sweeps = s = ml_collections.ConfigDict()
-    # Sweeps run in name order: "big" first, cuDNN before XLA, so a stopped run keeps those.
-    s.big = bench_sweep("m350", global_batch_size="16,8", seq_len="1024",
-                        attention="cudnn,xla", compute_dtype="bfloat16")
-    s.small = bench_sweep("m125", global_batch_size="32,16", seq_len="1024",
-                          attention="cudnn,xla", compute_dtype="bfloat16")
-    c.train_config.model.update(vocab_size=32768, scan_layers=True)  # compile once per shape, not per layer
-    c.train_config.mesh.num_cpu_devices = 0
-    return c
-  if name == "tiny":
-    c.workdir = "runs/bench-tiny"
-    c.bench.update(warmup_steps=1, timed_steps=2, isolate=False, fit_sweep="", plots=True)
-    c.models = m = ml_collections.ConfigDict()
-    m.t1 = bench_model(32, 1, 2, 64)
-    c.sweeps = s = ml_collections.ConfigDict()
-    s.batch = bench_sweep("t1", global_batch_size="8,16", seq_len="32")
-    s.limits = bench_sweep("t1", global_batch_size="8", seq_len="32", mesh="3x1x1")
-    return c
-  raise ConfigError(f"unknown bench variant {name!r}; known: default, h200, tiny")
 
 
 _SECTIONED = {"train": "base_config", "ladder": "base_ladder_config", "bench": "base_bench_config"}

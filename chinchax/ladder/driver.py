@@ -15,7 +15,7 @@ import jax
 
 from chinchax import console
 from chinchax.train.metrics import log_spaced_steps
-import chinchax.ladder.files as files
+from chinchax.storage import atomic as files
 import chinchax.ladder.progress as progress_lib
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.tuning as tuning

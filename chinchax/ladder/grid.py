@@ -87,7 +87,7 @@ def make_run(lc, base_train, C: float, n_target: float, vocab_size: int,
     shape: this shape instead of the rule's.
   """
   if shape is None:
-    rule = shapes_lib.PRESETS["ladder"]
+    rule = shapes_lib.PRESETS[lc.shape_rule]
     if n_layers is not None:
       rule = dataclasses.replace(rule, min_layers=int(n_layers))
     shape = shapes_lib.propose_shapes(
@@ -226,13 +226,26 @@ def validate_ladder(lc) -> None:
             f"{', '.join(map(repr, BUDGET_KINDS))}")
   if lc.budget_kind == "seconds":
     validate_time_budgets(lc)
+  sized = lc.c_max == 0 and bool(lc.hardware) and lc.budget_kind == "flops"  # chinchax.ladder.pod
   for k in ("c_min", "c_max", "tokens_per_param", "spread"):
+    if k in ("c_min", "c_max") and lc[k] == 0 and (sized or (k == "c_min" and lc.hardware)):
+      continue  # sized by chinchax.ladder.pod: c_max to budget_hours, c_min = c_max / 10^decades
     if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] <= 0:
-      raise E(f"ladder.{k}={lc[k]!r} must be a positive number")
+      raise E(f"ladder.{k}={lc[k]!r} must be a positive number"
+              + (" (0 for both sizes them to ladder.budget_hours of ladder.hardware)"
+                 if k in ("c_min", "c_max") else ""))
+  for k in ("budget_hours", "fit_noise"):
+    if not isinstance(lc[k], (int, float)) or not math.isfinite(lc[k]) or lc[k] < 0:
+      raise E(f"ladder.{k}={lc[k]!r} must be a number >= 0")
+  if not isinstance(lc.decades, (int, float)) or not 0 < lc.decades <= 6:
+    raise E(f"ladder.decades={lc.decades!r} must be a number in (0, 6] (c_min = c_max / "
+            f"10^decades)")
+  if not isinstance(lc.microbatch_rows, int) or lc.microbatch_rows < 0:
+    raise E(f"ladder.microbatch_rows={lc.microbatch_rows!r} must be an integer >= 0")
   if not isinstance(lc.validate_factor, (int, float)) or not lc.validate_factor > 1:
     raise E(f"ladder.validate_factor={lc.validate_factor!r} must be a number > 1 (the validation "
             f"run's budget is validate_factor × ladder.c_max, beyond the grid)")
-  if lc.c_max < lc.c_min:
+  if not sized and lc.c_min and lc.c_max < lc.c_min:
     raise E(f"ladder.c_max={lc.c_max:g} is below ladder.c_min={lc.c_min:g}")
   if lc.spread <= 1:
     raise E(f"ladder.spread={lc.spread!r} must be > 1 (the N range is N_opt/spread … N_opt·spread)")
@@ -254,6 +267,9 @@ def validate_ladder(lc) -> None:
     if not isinstance(lc[k], int) or lc[k] < 1:
       raise E(f"ladder.{k}={lc[k]!r} must be an integer >= 1")
   hparams_lib.check_rule(lc.hparams)
+  if lc.shape_rule not in shapes_lib.PRESETS:
+    raise E(f"ladder.shape_rule={lc.shape_rule!r} is not one of "
+            f"{', '.join(map(repr, shapes_lib.PRESETS))}")
   for k in ("workers", "max_attempts"):
     if not isinstance(lc[k], int) or lc[k] < 1:
       raise E(f"ladder.{k}={lc[k]!r} must be a positive integer")

@@ -25,6 +25,7 @@ from chinchax.storage import atomic as files
 import chinchax.ladder.grid as grid
 import chinchax.ladder.isotime as isotime
 from chinchax.storage import lease as lease_lib
+import chinchax.ladder.pod as pod
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.table as table_lib
 import chinchax.ladder.tuning as tuning
@@ -51,6 +52,10 @@ class LadderPlan:
     With ``ladder.lr_trials`` / ``ladder.seeds`` every run carries its trials
     (``chinchax.ladder.tuning``), the validation run included."""
     c = self._run_config(r, steps)
+    hardware = pod.target(self.config.ladder)
+    if hardware is not None:  # ladder.hardware: the planner's layout of this run on it
+      pod.apply_layout(c, pod.run_layout(r, self.config.ladder, hardware,
+                                         loss_chunk_size=c.train.loss_chunk_size))
     tuning.apply(c, self.config.ladder)
     wandblog.name_ladder_run(c, self.workdir, r.run_id)  # train.wandb: the ladder's W&B group
     return c
@@ -108,10 +113,23 @@ def prepare(config, devices=None, check_data: bool = True, write: bool = True) -
   workdir = paths_lib.resolved(config.workdir)  # local, or gs:// (docs/storage.md)
   spec0 = train_lib.resolve(base, len(devices))
   timed = lc.budget_kind == "seconds"
+  hardware = pod.target(lc)
+  multiple = pod.batch_multiple_for(config, len(devices))
+  if hardware is not None and not timed:
+    pod.size_budgets(lc, base.train, spec0.model.vocab_size, hardware)  # ladder.c_max = 0
+    pod.check_one_step(lc, base.train, spec0.model.vocab_size, hardware)
   runs = (isotime.plan_runs if timed else grid.plan_runs)(
-      lc, base.train, spec0.model.vocab_size,
-      batch_multiple=grid.data_parallel_size(base, len(devices)))
+      lc, base.train, spec0.model.vocab_size, batch_multiple=multiple)
   runs = repeat.expand(runs, lc)  # ladder.unique_tokens: the grid once per unique-data size
+  if (write and hardware is not None and hardware.accelerator.kind != "cpu"
+          and len(devices) != hardware.n_devices):
+    raise config_lib.ConfigError(
+        f"ladder.hardware={lc.hardware!r} lays the runs out on {hardware.n_devices} devices but "
+        f"this ladder has {len(devices)} ({devices[0].platform}); name this host's target "
+        f"(e.g. ladder.hardware={devices[0].platform}-{len(devices)} as the hardware table "
+        f"spells it) or run it where {lc.hardware} is")
+  if hardware is not None and not timed:  # a run that fits no layout: refused before any trains
+    pod.check_fits(pod.cost_runs(runs, lc, base.train, hardware), hardware)
   short = [] if timed else [r for r in runs if r.hparams.steps < lc.min_steps]
   if short:
     r = short[0]
@@ -148,7 +166,7 @@ def fixed_validation_run(plan: LadderPlan) -> grid.LadderRun:
   base = plan.config.train_config
   run = grid.make_run(lc, base.train, C, math.sqrt(C / (6.0 * lc.tokens_per_param)), plan.vocab,
                       role="validation", prefix="V",
-                      batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
+                      batch_multiple=pod.batch_multiple_for(plan.config, len(plan.devices)))
   u = lc.validate_unique_tokens
   return dataclasses.replace(run, unique_tokens=u,
                              run_id=f"V{repeat.prefix(u)}{run.run_id.removeprefix('V')}")

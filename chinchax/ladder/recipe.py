@@ -21,17 +21,19 @@ import chinchax.ladder.grid as grid
 LADDER_FAMILY = "ladder"
 
 
-def shape_family(n_layers: int, tie_embeddings: bool) -> dict:
+def shape_family(n_layers: int, tie_embeddings: bool, rule_name: str = LADDER_FAMILY) -> dict:
   """The ladder's shape rule at depth ``n_layers`` as a JSON-ready dict (``name`` = "ladder").
 
   Its fixed knobs: n_layers (``min_layers`` with ``depths`` = "fixed"), n_heads, the width
   quantum, and d_ff ≈ 8/3·d_model (``chinchax.planning.shapes``)."""
-  rule = dataclasses.replace(shapes_lib.PRESETS[LADDER_FAMILY], min_layers=int(n_layers))
+  rule = shapes_lib.PRESETS[rule_name]
+  if rule.depths == "fixed":  # the ladder family: one depth per run
+    rule = dataclasses.replace(rule, min_layers=int(n_layers))
   d = dataclasses.asdict(rule)
   d = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
   d["aspect_band"] = [None if (isinstance(x, float) and not math.isfinite(x)) else x
                       for x in rule.aspect_band]
-  return {"name": LADDER_FAMILY, "d_ff_ratio": 8.0 / 3.0, "tie_embeddings": bool(tie_embeddings),
+  return {"name": rule_name, "d_ff_ratio": 8.0 / 3.0, "tie_embeddings": bool(tie_embeddings),
           **d}
 
 
@@ -68,5 +70,6 @@ def row_recipe(plan, r: grid.LadderRun, cfg, summary: dict) -> dict:
   lc = plan.config.ladder
   return recipe_lib.run_recipe(
       cfg, tokenizer=tok, fingerprint=manifest.get("fingerprint"),
-      shape_family=shape_family(r.shape.n_layers, bool(cfg.model.tie_embeddings)),
+      shape_family=shape_family(r.shape.n_layers, bool(cfg.model.tie_embeddings),
+                                lc.shape_rule),
       hparams=hparams_rule(lc, plan.config.train_config.train))

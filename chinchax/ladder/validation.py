@@ -29,6 +29,7 @@ import chinchax.ladder.isotime as isotime
 from chinchax.storage import lease as lease_lib
 from chinchax.storage import paths as paths_lib
 import chinchax.ladder.plan as plan_lib
+import chinchax.ladder.pod as pod
 import chinchax.ladder.repeat as repeat
 import chinchax.ladder.worker as worker_lib
 
@@ -46,7 +47,7 @@ def plan_validation(plan: worker_lib.LadderPlan, fit_json: pathlib.Path) -> grid
   n_opt = float(law.optimal_allocation(C)[0])
   base = plan.config.train_config
   return grid.make_run(lc, base.train, C, n_opt, plan.vocab, role="validation", prefix="V",
-                       batch_multiple=grid.data_parallel_size(base, len(plan.devices)))
+                       batch_multiple=pod.batch_multiple_for(plan.config, len(plan.devices)))
 
 
 def plan_fixed_validation(plan: worker_lib.LadderPlan) -> grid.LadderRun:

@@ -20,7 +20,6 @@ returns one by name or loads a fit JSON written by ``chinchax fit``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import ClassVar, Union
@@ -29,8 +28,7 @@ import numpy as np
 
 from chinchax.laws import units as law_units
 from chinchax.laws.units import LossUnits
-from chinchax.storage import gcs
-from chinchax.storage import paths as paths_lib
+from chinchax.laws.law_file import read_law_file  # noqa: F401 (laws.read_law_file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,35 +398,6 @@ def law_from_dict(d: dict, name: str = "fit", source: str = "",
         continue
   raise ValueError(f"no law found in {source or 'dict'}: expected keys {list(_PARAM_KEYS)} "
                    f"(Approach 3) or k_N and a (Approach 1/2), or an 'approach3' section")
-
-
-def read_law_file(spec) -> object | None:
-  """The JSON in law file ``spec`` (a local path or a ``gs://`` URL), or None when ``spec`` is
-  not a string naming an existing file or object (a published law's name, a missing file).
-
-  Raises:
-    ValueError: the file is not valid JSON, or its storage gave no answer within
-      ``chinchax.storage.gcs.CHECK_TIMEOUT_S``.
-  """
-  if not isinstance(spec, str) or not spec:
-    return None
-  if paths_lib.is_url(spec):
-    try:
-      text = gcs.bounded(lambda: paths_lib.as_path(spec).read_text())
-    except (FileNotFoundError, IsADirectoryError, paths_lib.PathError):
-      return None
-    except gcs.Unreachable as e:
-      raise ValueError(f"law file {spec!r} cannot be read: the storage service at "
-                       f"{gcs.endpoint()} gave {e}") from None
-  elif os.path.isfile(spec):
-    with open(spec) as f:
-      text = f.read()
-  else:
-    return None
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"law file {spec!r} is not valid JSON: {e}") from None
 
 
 def get_law(name_or_path: str) -> Law:

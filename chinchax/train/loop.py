@@ -46,6 +46,7 @@ import chinchax.train.step as step_lib
 import chinchax.train.trials as trials_lib
 from chinchax.train.evaluate import Evaluator
 from chinchax.train.metrics import MetricsLog, log_spaced_steps
+from chinchax.train.cadence import WallClock
 from chinchax.train.profile import StepProfiler
 from chinchax.train.rundata import RunData, prepare_data
 from chinchax.train.steplog import StepLog
@@ -139,6 +140,7 @@ def _steps(config, program, data: RunData, state, start_step: int,
   workdir = str(ckpt.directory.parent)
   eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
   prof = StepProfiler(config, ckpt.directory.parent, start_step)  # train.profile_steps
+  clock = WallClock(t.eval_every_s, t.checkpoint_every_s)  # train.eval_every_s, checkpoint_every_s
   for step, local_batch in data.batches.iterator(start_step, num_threads=config.data.read_threads):
     prof.before(step + 1)
     t_dispatch = time.perf_counter()
@@ -152,7 +154,8 @@ def _steps(config, program, data: RunData, state, start_step: int,
     done = step + 1
     stop = t.stop_after_s > 0 and log.trained_seconds() >= t.stop_after_s
     is_last = done == spec.steps or stop
-    is_eval = done % t.eval_every == 0 or is_last or done in eval_at
+    timed_eval, timed_save = clock.due() if done % t.log_every == 0 else (False, False)
+    is_eval = done % t.eval_every == 0 or is_last or done in eval_at or timed_eval
     if done % t.log_every == 0 or is_eval:
       jax.block_until_ready(metrics["loss"])
       extra = log.speed()
@@ -166,14 +169,17 @@ def _steps(config, program, data: RunData, state, start_step: int,
         if log.eval_loss_se is not None:
           extra["eval_loss_se"] = log.eval_loss_se
         extra["eval_bits_per_byte"] = data.val_bits_per_byte(log.eval_loss)
-      if is_last or done % t.checkpoint_every == 0 or done in ckpt.save_steps:
-        _save(config, log, ckpt, done, state, force=is_last, lock=lock)
+        clock.evaluated()
+      if is_last or done % t.checkpoint_every == 0 or done in ckpt.save_steps or timed_save:
+        _save(config, log, ckpt, done, state, force=is_last or timed_save, lock=lock)
+        clock.checkpointed()
       log.restart_window()
       if stop:  # train.stop_after_s: this step is the run's last of this call
         log.stopped_by_time = done < spec.steps
         break
     elif done % t.checkpoint_every == 0 or done in ckpt.save_steps:
       _save(config, log, ckpt, done, state, lock=lock)
+      clock.checkpointed()
     if not is_last and distributed_lib.reached_preemption(done):
       log.flush()
       if ckpt.latest_step() != done:
