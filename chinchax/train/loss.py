@@ -1,6 +1,6 @@
 """The language-model loss: cross-entropy and z-loss, whole or in chunks of the sequence.
 
-:func:`loss_terms` takes the full float32 logits [B, T, V] (the unchunked step).
+:func:`loss_terms` takes the full logits [B, T, V] (the unchunked step).
 :func:`chunked_row_sums` never holds them: the output projection and the loss
 run over chunks of ``chunk`` sequence positions, each under ``jax.checkpoint``,
 so the forward keeps only the hidden states [B, T, D] and the backward
