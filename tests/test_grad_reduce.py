@@ -129,11 +129,11 @@ def test_bf16_loss_gradient_is_the_float32_one_in_one_bf16_buffer():
   ce, z2 = loss_lib.row_sums(logits, targets)
   ce_ref, z2_ref = plain(logits, targets)
   np.testing.assert_array_equal(ce, ce_ref)
-  # XLA's temporaries (CPU): at most one float32 [B, T, V] and log Z [B, T]; autodiff holds
+  # XLA's temporaries (CPU): at most one float32 [B, T, V] and a few [B, T] vectors; autodiff holds
   # two float32 [B, T, V].
   spec = jax.ShapeDtypeStruct(logits.shape, logits.dtype)
   temp = lambda f: f.lower(spec).compile().memory_analysis().temp_size_in_bytes
-  assert temp(got) <= 4 * (logits.size + B_ * T_) < 8 * logits.size <= temp(ref)
+  assert temp(got) <= 4 * logits.size + 16 * B_ * T_ < 8 * logits.size <= temp(ref)
 
 
 def test_bf16_attention_is_the_float32_one_within_bf16_round_off():

@@ -58,13 +58,22 @@ def _terms_f32(logits_BTV, targets_BT):
   return log_z_BT, target_logit_BT
 
 
+def _terms_from_low(logits_BTV, targets_BT):
+  # The max and the target's logit are exact in the logits' own dtype; only the exp-sum
+  # upcasts, inside its reduction, so no float32 [B, T, V] copy has two readers to be kept for.
+  max_BT = jax.lax.stop_gradient(jnp.max(logits_BTV, axis=-1)).astype(jnp.float32)
+  sum_BT = jnp.sum(jnp.exp(logits_BTV.astype(jnp.float32) - max_BT[..., None]), axis=-1)
+  target_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
+  return max_BT + jnp.log(sum_BT), target_BT.astype(jnp.float32)
+
+
 @jax.custom_vjp
 def _terms_low_precision(logits_BTV, targets_BT):
-  return _terms_f32(logits_BTV, targets_BT)
+  return _terms_from_low(logits_BTV, targets_BT)
 
 
 def _terms_fwd(logits_BTV, targets_BT):
-  log_z_BT, target_logit_BT = _terms_f32(logits_BTV, targets_BT)
+  log_z_BT, target_logit_BT = _terms_from_low(logits_BTV, targets_BT)
   return (log_z_BT, target_logit_BT), (logits_BTV, log_z_BT, targets_BT)
 
 
