@@ -117,7 +117,8 @@ def _gradients(c, batch, devices=None):
   program = step_lib.build_program(c, spec, mesh)
   params = program.init_state()["params"]
   fn = step_lib.make_loss_and_grad(program.graphdef, c.train.z_loss, spec.microbatches,
-                                   spec.loss_chunk_size, program.shardings["params"])
+                                   spec.loss_chunk_size, program.shardings["params"],
+                                   spec.grad_reduce)
   grads, ce, _ = jax.jit(sharding_lib.under_mesh(fn, mesh))(
       params, jax.device_put(batch, program.batch_sharding))
   return [np.asarray(g) for g in jax.tree.leaves(jax.device_get(grads))], float(ce), program

@@ -62,7 +62,8 @@ def analytic(run: CompiledRun) -> dict:
   nbytes = work.bytes_per_step(shape, gbs, n_devices=n_dev, profile=prof, microbatches=m)
   one = dataclasses.replace(shape, n_layers=1)
   mem = work.mesh_memory_per_device(shape, gbs, mesh=spec.mesh, remat=spec.model.remat,
-                                    profile=prof, microbatches=m, loss_chunk=run.loss_chunk)
+                                    profile=prof, microbatches=m, loss_chunk=run.loss_chunk,
+                                    grad_reduce=spec.grad_reduce)
   return {"flops": flops, "bytes": nbytes, "memory": mem.to_dict(), "data_ways": data_ways,
           "flops_one_layer": work.step_flops(one, gbs, n_devices=n_dev, profile=prof),
           "bytes_one_layer": work.bytes_per_step(one, gbs, n_devices=n_dev, profile=prof,

@@ -103,6 +103,7 @@ def data_shuffle_seed(c) -> int:
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: a trial's LR must stay below it
+GRAD_REDUCE = ("auto", "step", "microbatch")  # train.grad_reduce (chinchax.cost.work.resolve_grad_reduce)
 TRIAL_BATCHING = ("auto", "vmap", "loop")  # train.trial_batching: how one program steps K trials
 
 COMPILER_OPTIONS_AUTO = "auto"  # train.compiler_options: chinchax's choice per backend
@@ -341,6 +342,7 @@ def validate(c: ml_collections.ConfigDict, n_devices: int | None = None) -> None
 
   check_positive(t.global_batch_size, "train.global_batch_size", integer=True)
   check_positive(t.microbatches, "train.microbatches", integer=True)
+  check_choice(t.get("grad_reduce", "auto"), GRAD_REDUCE, "train.grad_reduce")
   parse_loss_chunk_size(t.loss_chunk_size)
   if not isinstance(t.seq_len, int) or t.seq_len < 2:
     raise ConfigError(f"train.seq_len={t.seq_len!r} must be an integer >= 2")

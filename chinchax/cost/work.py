@@ -206,10 +206,26 @@ def resolve_loss_chunk(value, platform: str, seq_len: int, vocab_size: int) -> i
   return min(int(value), seq_len)
 
 
+def resolve_grad_reduce(value: str, mesh: dict[str, int]) -> str:
+  """``train.grad_reduce`` as "step" or "microbatch" (the rule of ``chinchax.train.step``).
+
+  "auto": "step" when the mesh has no fsdp axis (fsdp = 1): there the float32 accumulator is
+  a full gradient per device either way, so one reduction per step costs no memory and
+  saves M - 1 all-reduces of every gradient. With fsdp > 1 "microbatch": one reduction per
+  step would hold a full float32 gradient and the gathered float32 weights per device
+  (8 bytes per parameter over tensor, :func:`mesh_memory_per_device`), which is what a
+  user sharding with fsdp is usually short of; "step" asks for it where it fits.
+  """
+  if value == "auto":
+    return "step" if int(mesh.get("fsdp", 1)) == 1 else "microbatch"
+  return value
+
+
 def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
                            mesh: dict[str, int], remat: str = "none",
                            profile: ExecutionProfile = ExecutionProfile(),
-                           microbatches: int = 1, loss_chunk: int = 0) -> MemoryEstimate:
+                           microbatches: int = 1, loss_chunk: int = 0,
+                           grad_reduce: str = "microbatch") -> MemoryEstimate:
   """Peak memory of a train step per device on a (data, fsdp, tensor) mesh, bytes.
 
   The accounting of :func:`memory_per_device` (Korthikanti et al. 2022,
@@ -238,7 +254,11 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   activations, a layer's backward and the loss phase hold one microbatch's
   tokens, B·T / (data·fsdp·M) per device, so they scale with 1/M; the state,
   the gathered weights and the gradient do not; M > 1 adds the float32
-  accumulator, 4 bytes per parameter over fsdp × tensor (``accumulation``).
+  accumulator, 4 bytes per parameter over fsdp × tensor (``accumulation``). With one
+  reduction per step (``grad_reduce="step"``, :func:`resolve_grad_reduce`) and fsdp > 1 each
+  device accumulates its own unreduced gradient, a full float32 copy (4 bytes per parameter
+  over tensor), from weights gathered once per step in float32 (4 more bytes per parameter
+  over tensor, beside the compute-dtype copies of the unsharded case).
 
   Chunked loss (``loss_chunk`` C > 0 positions, ``train.loss_chunk_size``
   resolved by :func:`resolve_loss_chunk`): the loss phase holds the logits of
@@ -285,11 +305,15 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   if fsdp > 1:  # the FSDP-sharded head keeps the logits' compute-dtype gradient beside them
     per_logit = max(per_logit, 4 + a)
   loss = loss_positions * per_logit * shape.vocab_size / tensor
+  accumulation = 4 * n / (fsdp * tensor) if microbatches > 1 else 0.0
+  if microbatches > 1 and grad_reduce == "step" and fsdp > 1:
+    accumulation = 4 * n / tensor
+    gathered = (4 + a) * n / tensor
   return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
                         gathered_weights=gathered,
                         activations=tokens * shape.n_layers * saved,
                         working=max(loss, tokens * backward),
-                        accumulation=4 * n / (fsdp * tensor) if microbatches > 1 else 0.0)
+                        accumulation=accumulation)
 
 
 def recompute_factor(shape: budget.ModelShape, remat: str = "none", *, causal_skip: bool = False,

@@ -1,7 +1,7 @@
 """Causal attention behind one switch.
 
 Implementations:
-  xla    einsum + float32 softmax + einsum; runs everywhere.
+  xla    einsum + softmax + einsum; runs everywhere (precision below).
   cudnn  ``jax.nn.dot_product_attention(implementation="cudnn")``: cuDNN flash
          attention on NVIDIA GPUs (bf16/fp16 only).
   splash the Pallas splash-attention kernel on TPU
@@ -27,9 +27,26 @@ when H is a multiple of G, its docs); the splash MHA kernel takes k/v of
 
 :func:`resolve_impl` turns the config value into the one that will run and
 says why when it falls back.
+
+Precision of the xla path, by the dtype of q, k, v:
+  float32   scores q kᵀ, softmax and its gradient in float32, by plain autodiff (the CPU
+            default; the bitwise reference every equality test holds the others to).
+  bfloat16  q kᵀ is a bf16 matmul with bf16 output (accumulated in float32 by the MXU / tensor
+            cores), as MaxText's default; the scale, mask, max, exp and sum of the softmax run in
+            float32 inside one fusion, and its output, the probabilities, is stored once in bf16:
+            the [B, H, T, T] buffer the backward keeps (:func:`_softmax_low`'s custom gradient,
+            which recomputes p·(g − Σ p·g) in float32 from it and returns the scores' gradient
+            in bf16). Plain autodiff would keep the float32 probabilities (jax.nn.softmax saves
+            its output) beside the bf16 copy the p·v matmul reads: 3× the bytes of the one
+            bf16 buffer. The softmax statistics (max, sum) stay float32 because a bf16 sum of T
+            terms loses about log2(T) of bf16's 8 bits; a bf16 score loses nothing the bf16
+            probabilities do not already lose.
+  cudnn and splash keep their kernels' own numerics (float32 statistics, 16-bit tiles).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -179,23 +196,60 @@ def causal_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
   mask_TT = jnp.tril(jnp.ones((T, T), dtype=bool))
   same_doc_BTT = (None if segment_ids_BT is None
                   else segment_ids_BT[:, :, None] == segment_ids_BT[:, None, :])
-  scale = jnp.sqrt(jnp.float32(K))
+  low = q_BTHK.dtype != jnp.float32
+  score_dtype = q_BTHK.dtype if low else jnp.float32
   if G == H:  # multi-head
     scores_BHTT = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BTGK,
-                             preferred_element_type=jnp.float32) / scale
+                             preferred_element_type=score_dtype)
     mask_BHTT = mask_TT[None, None]
     if same_doc_BTT is not None:
       mask_BHTT = mask_BHTT & same_doc_BTT[:, None]
-    scores_BHTT = jnp.where(mask_BHTT, scores_BHTT, jnp.finfo(jnp.float32).min)
-    probs_BHTT = jax.nn.softmax(scores_BHTT, axis=-1).astype(v_BTGK.dtype)
+    probs_BHTT = _probs(scores_BHTT, mask_BHTT, K, v_BTGK.dtype)
     return jnp.einsum("bhts,bshk->bthk", probs_BHTT, v_BTGK)
   # Grouped: the R = H/G query heads of a group share its key/value head.
   q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
   scores_BGRTT = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BTGK,
-                            preferred_element_type=jnp.float32) / scale
+                            preferred_element_type=score_dtype)
   mask_BGRTT = mask_TT[None, None, None]
   if same_doc_BTT is not None:
     mask_BGRTT = mask_BGRTT & same_doc_BTT[:, None, None]
-  scores_BGRTT = jnp.where(mask_BGRTT, scores_BGRTT, jnp.finfo(jnp.float32).min)
-  probs_BGRTT = jax.nn.softmax(scores_BGRTT, axis=-1).astype(v_BTGK.dtype)
+  probs_BGRTT = _probs(scores_BGRTT, mask_BGRTT, K, v_BTGK.dtype)
   return jnp.einsum("bgrts,bsgk->btgrk", probs_BGRTT, v_BTGK).reshape(B, T, H, K)
+
+
+def _probs(scores, mask, head_dim: int, out_dtype):
+  """softmax(scores / √head_dim, masked) over the last axis, in ``out_dtype``.
+
+  float32 scores: plain autodiff (the reference). 16-bit scores: :func:`_softmax_low`.
+  """
+  if scores.dtype == jnp.float32:
+    scores = jnp.where(mask, scores / jnp.sqrt(jnp.float32(head_dim)), jnp.finfo(jnp.float32).min)
+    return jax.nn.softmax(scores, axis=-1).astype(out_dtype)
+  return _softmax_low(scores, mask, head_dim).astype(out_dtype)
+
+
+def _softmax_f32(scores, mask, head_dim):
+  s32 = scores.astype(jnp.float32) / jnp.sqrt(jnp.float32(head_dim))
+  return jax.nn.softmax(jnp.where(mask, s32, jnp.finfo(jnp.float32).min), axis=-1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _softmax_low(scores, mask, head_dim):
+  """Masked softmax of 16-bit scores: float32 arithmetic, 16-bit output and residual
+  (module docstring)."""
+  return _softmax_f32(scores, mask, head_dim).astype(scores.dtype)
+
+
+def _softmax_low_fwd(scores, mask, head_dim):
+  p = _softmax_f32(scores, mask, head_dim).astype(scores.dtype)
+  return p, (p,)
+
+
+def _softmax_low_bwd(head_dim, res, g):
+  (p,) = res
+  p32, g32 = p.astype(jnp.float32), g.astype(jnp.float32)
+  d32 = p32 * (g32 - jnp.sum(p32 * g32, axis=-1, keepdims=True))  # masked: p = 0, so d = 0
+  return (d32 / jnp.sqrt(jnp.float32(head_dim))).astype(p.dtype), None
+
+
+_softmax_low.defvjp(_softmax_low_fwd, _softmax_low_bwd)

@@ -165,7 +165,9 @@ def logical_to_spec(names: tuple[str | None, ...], shape: tuple[int, ...] | None
 
   A mesh axis is used at most once per array. When ``shape`` and ``mesh`` are
   given, an array dimension not divisible by its mesh axes stays replicated
-  (e.g. vocab 257 over tensor=2) rather than failing.
+  (e.g. vocab 257 over tensor=2) rather than failing. Under ``jax.shard_map`` (the mesh's
+  manual axes: the per-shard gradient of ``chinchax.train.step``) a manual axis is already
+  split by hand and names nothing here.
 
   Raises:
     KeyError: for a logical name missing from the rules table.
@@ -182,7 +184,8 @@ def logical_to_spec(names: tuple[str | None, ...], shape: tuple[int, ...] | None
     axes = () if target is None else (target if isinstance(target, tuple) else (target,))
     axes = tuple(a for a in axes if a not in used)
     if mesh is not None:
-      axes = tuple(a for a in axes if mesh.shape[a] > 1)
+      manual = set(getattr(mesh, "manual_axes", ()) or ())
+      axes = tuple(a for a in axes if mesh.shape[a] > 1 and a not in manual)
       if shape is not None and axes and shape[i] % int(np.prod([mesh.shape[a] for a in axes])):
         axes = ()
     used.update(axes)

@@ -3,8 +3,10 @@
 Architecture (Llama-style): token embedding → n_layers × [pre-norm RMSNorm →
 causal multi-head (or grouped-query) attention with RoPE → residual; pre-norm RMSNorm → SwiGLU MLP
 → residual] → final RMSNorm → output head (tied to the embedding or not).
-No biases. Parameters are float32; matmuls run in ``compute_dtype``; logits
-and the loss are float32.
+No biases. Parameters are float32; matmuls run in ``compute_dtype``, the embedding table is
+cast to it before the gather (so its gradient, and the gradient's exchange, is in
+``compute_dtype`` too); logits are in ``compute_dtype`` and the loss computes in float32 from
+them (``chinchax.train.loss``: with 16-bit logits it keeps one 16-bit [B, T, V] buffer).
 
 Tensor names carry their shapes. Letters:
   B batch, T sequence (tokens), D d_model, H heads, K head_dim,
@@ -212,7 +214,7 @@ def document_ids(tokens_BT: jax.Array, eos_id: int) -> jax.Array:
 class Transformer(nnx.Module):
   """The decoder-only language model.
 
-  Call with ``tokens_BT`` (int32 [B, T]); returns float32 logits [B, T, V].
+  Call with ``tokens_BT`` (int32 [B, T]); returns logits [B, T, V] in ``compute_dtype``.
   With ``document_mask`` a position attends only to its own document in a
   packed window (segment ids from the ``eos_id`` positions, :func:`document_ids`).
   """
@@ -235,7 +237,8 @@ class Transformer(nnx.Module):
       self.head_DV = _param(rngs, (D, V), cfg.init_std, ("embed", "vocab"))
 
   def __call__(self, tokens_BT: jax.Array) -> jax.Array:
-    """int32 [B, T] tokens → float32 logits [B, T, V] (:meth:`hidden` then :meth:`logits`)."""
+    """int32 [B, T] tokens → logits [B, T, V] in ``compute_dtype`` (:meth:`hidden` then
+    :meth:`logits`)."""
     return self.logits(self.hidden(tokens_BT))
 
   def hidden(self, tokens_BT: jax.Array) -> jax.Array:
@@ -244,7 +247,9 @@ class Transformer(nnx.Module):
     cfg = self.cfg
     dt = jnp.dtype(cfg.compute_dtype)
     T = tokens_BT.shape[1]
-    x_BTD = sharding.constrain(jnp.take(self.embed_VD[...], tokens_BT, axis=0).astype(dt), _BTD)
+    # Cast, then gather: the gather's gradient (a scatter-add into [V, D]) and the exchange
+    # of the embedding's gradient run in compute_dtype; identical in float32.
+    x_BTD = sharding.constrain(jnp.take(self.embed_VD[...].astype(dt), tokens_BT, axis=0), _BTD)
     sin_TK2, cos_TK2 = rope_tables(T, cfg.head_dim, cfg.rope_theta)
     segment_ids_BT = document_ids(tokens_BT, cfg.eos_id) if cfg.document_mask else None
 
@@ -274,16 +279,22 @@ class Transformer(nnx.Module):
     return head_DV.astype(jnp.dtype(self.cfg.compute_dtype))
 
   def logits(self, x_BTD: jax.Array) -> jax.Array:
-    """The final-normed stream [B, T, D] (any T: a chunk of the sequence too) → float32
-    logits [B, T, V]."""
+    """The final-normed stream [B, T, D] (any T: a chunk of the sequence too) → logits
+    [B, T, V] in ``compute_dtype``."""
     return project(x_BTD, self.output_head())
 
 
 def project(x_BTD: jax.Array, head_DV: jax.Array) -> jax.Array:
-  """Output projection: [B, T, D] · [D, V] → float32 logits [B, T, V], batch over data×fsdp
-  and vocab over tensor (the sharding rules of ``chinchax.model.sharding``)."""
+  """Output projection: [B, T, D] · [D, V] → logits [B, T, V] in the dtype of ``x_BTD``
+  (``compute_dtype``), batch over data×fsdp and vocab over tensor (the sharding rules of
+  ``chinchax.model.sharding``).
+
+  16-bit logits, not float32: the head's output and its gradient are the largest activations
+  of a small model (V·4 bytes per token each in float32), and the head's gradient exchange
+  (FSDP) moves 16-bit values. The matmul still accumulates in float32 on TPU and GPU; the loss
+  (``chinchax.train.loss``) does its logsumexp in float32 from these logits."""
   logits_BTV = jnp.einsum("btd,dv->btv", sharding.constrain(x_BTD, _BTD), head_DV,
-                          preferred_element_type=jnp.float32)
+                          preferred_element_type=x_BTD.dtype)
   return sharding.constrain(logits_BTV, ("batch", "seq", "vocab"))
 
 

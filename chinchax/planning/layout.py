@@ -113,10 +113,12 @@ def predict_step(model: Any, shape: budget.ModelShape, global_batch_size: int, *
 
 def memory(shape: budget.ModelShape, global_batch_size: int, mesh: dict, *, microbatches: int,
            remat: str, loss_chunk: int, profile: work.ExecutionProfile) -> work.MemoryEstimate:
-  """``work.mesh_memory_per_device`` of one layout."""
+  """``work.mesh_memory_per_device`` of one layout, its gradients reduced as
+  ``train.grad_reduce="auto"`` reduces them there (``work.resolve_grad_reduce``)."""
   return work.mesh_memory_per_device(shape, global_batch_size, mesh=mesh, remat=remat,
                                      profile=profile, microbatches=microbatches,
-                                     loss_chunk=loss_chunk)
+                                     loss_chunk=loss_chunk,
+                                     grad_reduce=work.resolve_grad_reduce("auto", mesh))
 
 
 def smallest_microbatches(shape: budget.ModelShape, global_batch_size: int, mesh: dict, *,

@@ -8,6 +8,7 @@ import jax
 
 from chinchax.model import attention as attention_lib
 from chinchax.cost import budget
+from chinchax.cost import work
 from chinchax import config as config_lib
 from chinchax.model import transformer as model_lib
 from chinchax.data import tokenizers as tokenizers_lib
@@ -35,6 +36,8 @@ class RunSpec:
       begins (see :func:`wsd_decay_start`; ``>= steps - 1`` means no decay); 0 for cosine.
     microbatches: M, the microbatches each step's global batch is split into
       (``train.microbatches``; gradients accumulated inside the one step).
+    grad_reduce: "step" (one gradient reduction per step) or "microbatch", from
+      ``train.grad_reduce`` (``cost.work.resolve_grad_reduce``; matters only with M > 1).
     loss_chunk_size: sequence positions per chunk of the logits and loss, resolved from
       ``train.loss_chunk_size`` for the backend (``train.loss.resolve_chunk_size``); 0 = unchunked.
   """
@@ -54,6 +57,7 @@ class RunSpec:
   decay_start_step: int = 0
   microbatches: int = 1
   loss_chunk_size: int = 0
+  grad_reduce: str = "microbatch"
 
   @property
   def tokens_per_step(self) -> int:
@@ -145,7 +149,17 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
                  warmup_steps=warmup, mesh=mesh,
                  decay_start_step=decay_start, microbatches=int(t.microbatches),
                  loss_chunk_size=loss_lib.resolve_chunk_size(t.loss_chunk_size, backend,
-                                                             t.seq_len, vocab))
+                                                             t.seq_len, vocab),
+                 grad_reduce=_grad_reduce(t.get("grad_reduce", "auto"), mesh, mcfg.attention))
+
+
+def _grad_reduce(value: str, mesh: dict, attention: str) -> str:
+  """``work.resolve_grad_reduce``, except that "auto" keeps "microbatch" under the splash
+  kernel: its own ``shard_map`` nested in the per-shard one of a step reduction has not been
+  compiled here (no TPU); ``train.grad_reduce=step`` asks for it."""
+  if value == "auto" and attention == "splash":
+    return "microbatch"
+  return work.resolve_grad_reduce(value, mesh)
 
 
 def describe(spec: RunSpec, config, n_devices: int) -> str:

@@ -47,7 +47,7 @@ def split_microbatches(batch_BT1: jax.Array, microbatches: int) -> jax.Array:
 
 
 def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chunk_size: int = 0,
-                       grad_shardings=None) -> Callable:
+                       grad_shardings=None, grad_reduce: str = "microbatch") -> Callable:
   """(params, batch int32 [B, T+1]) → (float32 gradients of the step's loss, mean
   cross-entropy, mean (log Z)²), the means over all B·T tokens (nats/token; nats²).
 
@@ -61,6 +61,19 @@ def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chun
   (``loss.chunked_row_sums``). With M = 1 and C = 0 it is ``value_and_grad`` of the plain
   mean loss (no scan). ``grad_shardings`` (the params' shardings) pins the layout of the
   gradient accumulator.
+
+  ``grad_reduce`` (M > 1 on a mesh whose batch axes data × fsdp hold S > 1 devices):
+    "microbatch"  the scan sums gradients already reduced over data × fsdp, so the
+                  compiler reduces (all-reduce; reduce-scatter for fsdp) every microbatch:
+                  M reductions per step; the accumulator is sharded like the parameters.
+    "step"        :func:`_step_reduced`: each device scans its own rows under
+                  ``jax.shard_map`` over data × fsdp, accumulating its local, unreduced
+                  gradient, and the S partial sums are reduced once after the scan: one
+                  reduction per step whatever M. On fsdp the parameters are gathered once
+                  per step (not per microbatch and layer) and the accumulator is a full
+                  float32 gradient per device: 8 bytes per parameter over tensor beside the
+                  sharded state (``chinchax.cost.work.mesh_memory_per_device``).
+  Both are the same sums up to float32 round-off (the order of the additions).
   """
 
   def merge(params):
@@ -82,14 +95,10 @@ def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chun
     ce, z2 = jnp.sum(ce_B) / n_tokens, jnp.sum(z2_B) / n_tokens
     return ce + z_loss * z2, (ce, z2)
 
-  def loss_and_grad(params, batch_BT1):
-    if microbatches == 1:
-      (_, (ce, z2)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch_BT1)
-      return grads, ce, z2
-    n_tokens = jnp.float32(batch_BT1.shape[0] * (batch_BT1.shape[1] - 1))
+  def accumulate(params, batch_BT1, n_tokens, shardings):
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    if grad_shardings is not None:
-      zeros = jax.tree.map(jax.lax.with_sharding_constraint, zeros, grad_shardings)
+    if shardings is not None:
+      zeros = jax.tree.map(jax.lax.with_sharding_constraint, zeros, shardings)
 
     def one(carry, mb_BT1):
       grads, ce, z2 = carry
@@ -102,21 +111,70 @@ def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chun
     (grads, ce, z2), _ = jax.lax.scan(one, init, split_microbatches(batch_BT1, microbatches))
     return grads, ce, z2
 
+  def loss_and_grad(params, batch_BT1):
+    if microbatches == 1:
+      (_, (ce, z2)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch_BT1)
+      return grads, ce, z2
+    n_tokens = jnp.float32(batch_BT1.shape[0] * (batch_BT1.shape[1] - 1))
+    axes = _batch_axes()
+    if grad_reduce == "step" and axes:
+      return _step_reduced(accumulate, params, batch_BT1, n_tokens, axes, grad_shardings)
+    return accumulate(params, batch_BT1, n_tokens, grad_shardings)
+
   return loss_and_grad
 
 
+def _batch_axes() -> tuple[str, ...]:
+  """The mesh axes (of the abstract mesh in context) the batch splits over, of size > 1."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return ()
+  spec = sharding_lib.logical_to_spec(("batch",), None, mesh)[0]
+  return () if spec is None else (spec if isinstance(spec, tuple) else (spec,))
+
+
+def _step_reduced(accumulate, params, batch_BT1, n_tokens, axes, grad_shardings):
+  """The microbatch scan per batch shard (``jax.shard_map`` over ``axes``, the others left to
+  the compiler), then one sum over the S shards' float32 gradients [S, ...]: one all-reduce
+  (or reduce-scatter onto the parameters' fsdp sharding) per step.
+
+  Each shard holds B/S contiguous rows and splits them as :func:`split_microbatches` splits
+  the whole batch (local row j to microbatch j mod M; B/(S·M) is whole by
+  ``config.check_microbatches``), so microbatch m holds the same rows as unsplit.
+  """
+  from jax.sharding import PartitionSpec as P
+
+  mesh = jax.sharding.get_abstract_mesh()
+  batch_spec = P(axes)
+
+  def local(params, rows_bT1):
+    grads, ce, z2 = accumulate(params, rows_bT1, n_tokens, None)
+    lead = lambda x: x[None]
+    return jax.tree.map(lead, grads), lead(ce), lead(z2)
+
+  grads_S, ce_S, z2_S = jax.shard_map(
+      local, mesh=mesh, in_specs=(P(), batch_spec), out_specs=(batch_spec,) * 3,
+      axis_names=set(axes), check_vma=False)(params, batch_BT1)
+  grads = jax.tree.map(lambda g: jnp.sum(g, axis=0), grads_S)
+  if grad_shardings is not None:
+    grads = jax.tree.map(jax.lax.with_sharding_constraint, grads, grad_shardings)
+  return grads, jnp.sum(ce_S), jnp.sum(z2_S)
+
+
 def make_train_step(graphdef, tx, schedule, z_loss: float, microbatches: int = 1,
-                    loss_chunk_size: int = 0, grad_shardings=None) -> Callable:
+                    loss_chunk_size: int = 0, grad_shardings=None,
+                    grad_reduce: str = "microbatch") -> Callable:
   """The pure train step: (state, batch int32 [B, T+1]) → (state, metrics).
 
   The gradient of the step's mean loss over all its tokens (:func:`make_loss_and_grad`:
-  ``microbatches`` M accumulated in float32, logits in chunks of ``loss_chunk_size``
+  ``microbatches`` M accumulated in float32 and reduced over the batch axes once per step or
+  once per microbatch (``grad_reduce``), logits in chunks of ``loss_chunk_size``
   positions), then one optimizer update. ``metrics["loss"]`` is the step's mean
   cross-entropy per token, ``metrics["grad_norm"]`` the norm of the (summed) gradient and,
   when ``z_loss`` > 0, ``metrics["z_loss"]`` the term added to the loss.
   """
   loss_and_grad = make_loss_and_grad(graphdef, z_loss, microbatches, loss_chunk_size,
-                                     grad_shardings)
+                                     grad_shardings, grad_reduce)
 
   def train_step(state, batch_BT1):
     grads, ce, z2 = loss_and_grad(state["params"], batch_BT1)
@@ -273,7 +331,7 @@ def build_program(config, spec: RunSpec, mesh: Mesh) -> TrainProgram:
   step = jax.jit(sharding_lib.under_mesh(
                      make_train_step(graphdef, tx, schedule, config.train.z_loss,
                                      spec.microbatches, spec.loss_chunk_size,
-                                     shardings["params"]), mesh),
+                                     shardings["params"], spec.grad_reduce), mesh),
                  in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
                  donate_argnums=0, compiler_options=options)
   eval_step = jax.jit(sharding_lib.under_mesh(make_eval_step(graphdef, spec.loss_chunk_size), mesh),
