@@ -29,6 +29,7 @@ from chinchax import config as config_lib
 from chinchax import console
 from chinchax.data import tokenizers as tokenizers_lib
 from chinchax.export import generation
+from chinchax.export import hf_files
 from chinchax.export import hf_load
 from chinchax.export import hf_source
 from chinchax.export import outdir
@@ -122,20 +123,10 @@ def convert(directory, out, *, dtype: str | None = None, overwrite: bool = False
   gen_config, padded = generation.generation_config(tok, cfg.vocab_size)
 
   def fill(tmp: pathlib.Path) -> None:
-    st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
-    (tmp / "generation_config.json").write_text(json.dumps(gen_config, indent=2))
-    (tmp / "tokenizer.json").write_text(tok.json_text)
-    (tmp / "tokenizer_config.json").write_text(json.dumps(
-        tokenizer_files.tokenizer_config(tok.eos_token, tok.bos_token), indent=2))
-    info = {"converted_from": str(directory), "format": "safetensors",
-            "dtype": dtype or "each tensor's own", "bitwise_equal_to_source": compared,
-            "trained_seq_len": run["config"]["train"]["seq_len"], "tokenizer": tok.info,
-            "generate": padded or "every row is a tokenizer id",
-            "architecture": "LlamaForCausalLM",
-            "tensors": {k: list(v.shape) for k, v in tensors.items()},
-            "mapping": writer.MAPPING}
-    (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
+    hf_files.write_hf_files(tmp, tensors, hf_config, gen_config, padded, tok, {
+        "converted_from": str(directory), "format": "safetensors",
+        "dtype": dtype or "each tensor's own", "bitwise_equal_to_source": compared,
+        "trained_seq_len": run["config"]["train"]["seq_len"]})
 
   outdir.write_atomically(out, fill)
   if padded:

@@ -47,6 +47,7 @@ from chinchax.model import transformer as model_lib
 from chinchax.storage import diskfull
 from chinchax.storage import paths as paths_lib
 from chinchax.export import generation
+from chinchax.export import hf_files
 from chinchax.export import llama_table
 from chinchax.export import outdir
 from chinchax.export import tokenizer_files
@@ -396,18 +397,9 @@ def _export(workdir, out, fmt, step, dtype, tokenizer_path, overwrite, verify, t
   gen_config, padded = generation.generation_config(tok, cfg.vocab_size)
 
   def fill(tmp: pathlib.Path) -> None:
-    st.save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
-    (tmp / "generation_config.json").write_text(json.dumps(gen_config, indent=2))
-    (tmp / "tokenizer.json").write_text(tok.json_text)
-    (tmp / "tokenizer_config.json").write_text(json.dumps(
-        tokenizer_files.tokenizer_config(tok.eos_token, tok.bos_token), indent=2))
-    info = {"workdir": str(workdir), "step": step, "trial": trial, "format": fmt, "dtype": dtype,
-            "trained_seq_len": run["config"]["train"]["seq_len"],
-            "tokenizer": tok.info, "generate": padded or "every row is a tokenizer id",
-            "architecture": "LlamaForCausalLM",
-            "tensors": {k: list(v.shape) for k, v in tensors.items()}, "mapping": MAPPING}
-    (tmp / "export_info.json").write_text(json.dumps(info, indent=2))
+    hf_files.write_hf_files(tmp, tensors, hf_config, gen_config, padded, tok, {
+        "workdir": str(workdir), "step": step, "trial": trial, "format": fmt, "dtype": dtype,
+        "trained_seq_len": run["config"]["train"]["seq_len"]})
 
   try:
     outdir.write_atomically(out, fill)

@@ -128,6 +128,21 @@ class WorkdirLock:
     except Exception:  # noqa: BLE001 — the lock expires by its heartbeat's age instead
       pass
 
+  def withdraw(self) -> None:
+    """Releases a lock whose run wrote nothing (refused by a check after the lock was taken):
+    its lock file is removed, so the workdir is left as it was found (and removed again when
+    this process created it). Bounded like :meth:`release`."""
+    self._stop.set()
+    if self.lost:
+      return
+    try:
+      gcs.bounded(self.lease.path.unlink, RELEASE_TIMEOUT_S)
+      if self.created and not paths_lib.is_url(self.workdir):
+        for d in (paths_lib.as_path(self.workdir) / LOCK_DIR, paths_lib.as_path(self.workdir)):
+          d.rmdir()
+    except Exception:  # noqa: BLE001 — a file left is a released-by-age lock, harmless
+      pass
+
   def _remove_if_unused(self) -> None:
     """A workdir this process created and left holding nothing but its lock (a run refused
     before it wrote anything) is removed again."""

@@ -110,7 +110,7 @@ def _run_steps(config, program, data: RunData, state, start_step: int,
     regions.enter_context(watchdog.watch(config.train.stall_timeout_s, stall_hint(config)))
     if start_step:
       watchdog.saved(f"the last checkpoint is at step {start_step} in {workdir}")
-    return _steps(config, program, data, state, start_step, ckpt, log, evaluate, regions)
+    return _steps(config, program, data, state, start_step, ckpt, log, evaluate, regions, lock)
 
 
 def stall_hint(config):
@@ -134,8 +134,10 @@ def stall_hint(config):
 
 
 def _steps(config, program, data: RunData, state, start_step: int,
-           ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate, regions):
-  """The body of :func:`_run_steps`; enters ``regions``' keeping after the first step."""
+           ckpt: checkpoint_lib.Checkpointer, log: StepLog, evaluate, regions,
+           lock: workdir_lock.WorkdirLock | None):
+  """The body of :func:`_run_steps`; enters ``regions``' keeping after the first step and checks
+  ``lock`` (the workdir's) before each save."""
   t, spec = config.train, program.spec
   workdir = str(ckpt.directory.parent)
   eval_at = log_spaced_steps(spec.steps, t.eval_points, t.eval_points_from)
@@ -321,6 +323,7 @@ def train(config, devices=None, verbose: bool = True, lease_held: bool = False) 
   # removes unfinished checkpoints when it opens), and before a refused process does any work;
   # process 0 holds it for a multi-host run
   lock = workdir_lock.acquire(workdir, lease_held=lease_held) if primary else None
+  wrote = False  # until the workdir is written, a refusal leaves it as it was found
   try:
     mesh = sharding_lib.make_mesh(spec.mesh, devices)
     trials = trials_lib.parse_trials(config)  # train.lr_multipliers × train.trial_seeds
@@ -361,6 +364,7 @@ def train(config, devices=None, verbose: bool = True, lease_held: bool = False) 
       init_src.check_tokenizer(data.train_split.manifest["tokenizer"]["sha256"])
     unigram = store_lib.unigram_entropy_nats(data.val_split.all_tokens(), spec.model.vocab_size)
 
+    wrote = True
     workdir.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint_lib.Checkpointer(workdir / "checkpoints", config.train.checkpoint_every,
                                        config.train.keep_checkpoints,
@@ -419,5 +423,8 @@ def train(config, devices=None, verbose: bool = True, lease_held: bool = False) 
     return summary
   finally:
     if lock is not None:
-      lock.release()
+      if wrote:
+        lock.release()
+      else:
+        lock.withdraw()
 
