@@ -44,8 +44,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument("--step", type=int, default=None,
                       help="checkpoint step (default: the latest)")
   parser.add_argument("--dtype", default=None,
-                      help="tensor dtype: float32 | bfloat16 (default float32; with --from-hf "
-                           "each tensor's own, or float16)")
+                      help="tensor dtype: float32 | bfloat16 (default: float32); with --from-hf "
+                           "each tensor's own dtype by default, float16 too")
   parser.add_argument("--trial", type=int, default=None,
                       help="of a trials run: the trial to export (default: its best)")
   parser.add_argument("--tokenizer", default="", metavar="PATH",
@@ -62,7 +62,8 @@ def main(argv: list[str]) -> int:
   if args.from_hf:
     return _convert(args)
   if not args.workdir:
-    raise ExportError("give a run directory (WORKDIR), or --from-hf DIR with --out")
+    raise ExportError("the following arguments are required: WORKDIR; see chinchax export "
+                      "--help (or convert an HF directory: --from-hf DIR --out OUT)")
   args.dtype = args.dtype or "float32"
   from chinchax.export import writer as export_lib  # here: --help imports no JAX (tests/test_imports.py)
   out = export_lib.export(args.workdir, args.out or None, fmt=args.format, step=args.step,
