@@ -138,7 +138,8 @@ _MAX_TREES = 8
 
 def _tree_metadata(ckptr, path: pathlib.Path):
   """Orbax's tree metadata of the checkpoint at ``path`` (read once per path and mtime)."""
-  key = (str(path), path.stat().st_mtime_ns)
+  st = path.stat()  # a gs:// object's stat has st_mtime (or nothing), not st_mtime_ns
+  key = (str(path), getattr(st, "st_mtime_ns", None) or getattr(st, "st_mtime", None))
   if key not in _TREES:
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
