@@ -34,7 +34,7 @@ from chinchax.storage import gcs
 from chinchax import errors
 from chinchax.runtime import interrupts
 from chinchax.runtime import watchdog
-from chinchax.cli import helptext
+from chinchax.cli.helptext import HELP_FLAGS, example, fit_width, plain
 
 # Each verb's front end is the module chinchax.cli.<verb> with main(argv) -> exit status. Only the
 # chosen one is imported: `chinchax plan` and `chinchax fit` start without JAX, Flax or orbax.
@@ -46,7 +46,7 @@ CONFIG_VERBS = {"train": "train.py", "ladder": "ladder.py", "prepare": "train.py
 
 
 def _usage() -> str:
-  return (helptext.plain(__doc__.strip()) + "\n\nEach verb's flags: chinchax VERB --help; "
+  return (plain(__doc__.strip()) + "\n\nEach verb's flags: chinchax VERB --help; "
           "the version: chinchax --version")
 
 
@@ -78,10 +78,10 @@ def _verb_help(verb: str, rest: list[str]) -> int:
     else:
       module = importlib.import_module(f"chinchax.cli.{verb}")
       status, doc = module.main(rest), module.__doc__
-  text = helptext.plain(out.getvalue().rstrip())
+  text = plain(out.getvalue().rstrip())
   if "example" not in text.lower():
-    text += "\n\n" + helptext.example(doc)
-  print(helptext.fit_width(text.rstrip()))
+    text += "\n\n" + example(doc)
+  print(fit_width(text.rstrip()))
   return status
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
       print(f"error: unknown verb {verb!r}; known: {', '.join(VERBS)}\n\n{_usage()}",
             file=sys.stderr)
       return errors.USER_ERROR_EXIT_CODE
-    if any(a in helptext.HELP_FLAGS for a in rest):
+    if any(a in HELP_FLAGS for a in rest):
       status = _verb_help(verb, rest)
     else:  # importing chinchax chose JAX's platforms: no libtpu on a host without TPUs
       interrupts.install()  # Ctrl-C in a run: stop at the next step boundary (chinchax.runtime.interrupts)

@@ -17,7 +17,7 @@ import tokenize
 
 import ml_collections
 
-from chinchax.config import ladders as config_ladders
+from chinchax.config.ladders import POD_VARIANTS, REPEAT_VARIANTS, pod_variant, repeat_variant
 from chinchax.config.checks import ConfigError
 
 
@@ -280,11 +280,11 @@ def get_ladder_variant(name: str) -> ml_collections.ConfigDict:
     # time varied 25-37 ms over 8 repeats on this 2-core host, with one 23-28 ms (docs/time-budgets.md).
     c.train_config.data.read_threads = 1
     return c
-  if name in config_ladders.REPEAT_VARIANTS:  # data-constrained: a unique_tokens axis
-    return config_ladders.repeat_variant(get_ladder_variant("tiny") if name == "repeat_tiny"
+  if name in REPEAT_VARIANTS:  # data-constrained: a unique_tokens axis
+    return repeat_variant(get_ladder_variant("tiny") if name == "repeat_tiny"
                                          else c, name)
-  if name in config_ladders.POD_VARIANTS:  # an accelerator ladder (ladder.hardware) and its CPU scale-down
-    return config_ladders.pod_variant(c, name)
+  if name in POD_VARIANTS:  # an accelerator ladder (ladder.hardware) and its CPU scale-down
+    return pod_variant(c, name)
   if name == "tiny":
     c.workdir = "runs/ladder-tiny"
     c.ladder.update(c_min=1e9, c_max=4e9, n_budgets=3, sizes_per_budget=3, spread=3.0,
