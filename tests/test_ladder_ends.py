@@ -129,6 +129,26 @@ def test_ladder_interrupted_in_its_fit_fits_when_rerun(finished, tmp_path):
   assert out.count("ladder  finished") == 1
 
 
+def test_a_ladder_whose_table_cannot_be_fitted_exits_5_and_fits_again_when_rerun(finished,
+                                                                                tmp_path):
+  c, wd = _copy(finished[0], tmp_path)
+  one = max(r["C_budget"] for r in _rows(wd))  # every run on one budget: no IsoFLOP profile
+  for path in [*(wd / "rows").glob("*.json")]:
+    row = json.loads(path.read_text())
+    row["C_budget"] = one
+    path.write_text(json.dumps(row))
+  (wd / "results.jsonl").write_text("".join(
+      json.dumps(dict(r, C_budget=one)) + "\n" for r in _rows(wd)))
+  for attempt in ("a", "b"):  # the failed fit is not settled: the rerun tries it again
+    code, out = _run(c, tmp_path / f"{attempt}.log", "--config.ladder.workers=2",
+                     "--config.ladder.fit=True", "--config.ladder.validate=False")
+    assert code == 5, out[-3000:]
+    assert "could not fit the table" in out and "IsoFLOP budget" in out, out[-3000:]
+    assert not [b for b in BAD if b in out], out[-3000:]
+    assert "next: chinchax plan" not in out  # no closing block for a fit that is not there
+    assert not (wd / "fit" / "fit.json").exists()
+
+
 def test_killed_worker_its_run_taken_over_then_fitted_and_validated(finished, tmp_path):
   c, wd = _copy(finished[0], tmp_path)
   redo = sorted(_rows(wd), key=lambda r: -r["C_budget"])[:2]  # two runs to train again

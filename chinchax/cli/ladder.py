@@ -43,16 +43,18 @@ from chinchax.cli import fit as fit_cli
 from chinchax.cli import flags as flags_lib
 
 
-def _fit_once(config, table, devices=None, validate: bool = True) -> None:
+def _fit_once(config, table, devices=None, validate: bool = True) -> bool:
   """:func:`_fit` under this process's claim of the table's fit (``ladder_lib.claim_fit``):
-  withdrawn when the fit is interrupted or fails, so that a rerun fits the table again."""
+  withdrawn when the fit is interrupted or fails, so that a rerun fits the table again.
+  Returns whether the table was fitted."""
   try:
     with fit_cli.disk_full_guard(table.parent / "fit"):
-      _fit(config, table, devices, validate)
+      fitted = _fit(config, table, devices, validate)
   except BaseException:
     ladder_lib.settle_fit_claim(table, done=False)
     raise
-  ladder_lib.settle_fit_claim(table, done=True)
+  ladder_lib.settle_fit_claim(table, done=fitted)
+  return fitted
 
 
 def _finish(config, table, devices=None, may_fit: bool = True, died=()) -> int:
@@ -69,7 +71,9 @@ def _finish(config, table, devices=None, may_fit: bool = True, died=()) -> int:
       for run_id in sorted(i for i, r in rows.rows.items() if r.get("role") == "validation"):
         console.warn(f"the validation run {run_id} was planned from an earlier fit; its row "
                      f"moved to {rows.set_aside(run_id)}")
-    _fit_once(config, table, devices, validate=lc.validate and not failed)
+    fitted = _fit_once(config, table, devices, validate=lc.validate and not failed)
+  else:
+    fitted = True
   if failed:
     console.warn(f"{len(failed)} of the ladder's runs failed ("
                  f"{', '.join(r['run_id'] for r in failed)}): the fit leaves them out and no "
@@ -79,18 +83,20 @@ def _finish(config, table, devices=None, may_fit: bool = True, died=()) -> int:
     return ladder_lib.RUNS_FAILED_EXIT_CODE
   for line in died:
     console.warn(f"{line}; the other workers recorded every run")
+  if not fitted:
+    return ladder_lib.FIT_FAILED_EXIT_CODE
   if lc.fit and may_fit:
     _closing_block(config)
   return ladder_lib.WORKER_DIED_EXIT_CODE if died else 0
 
 
-def _fit(config, table, devices=None, validate: bool = True) -> None:
+def _fit(config, table, devices=None, validate: bool = True) -> bool:
   """Approaches 1–3 (an IsoTime ladder: the step-time predictors, loss from shape and time,
   wider vs deeper; ``analysis.isotime.fit``) on the table into ``fit/`` beside it, then
   (``ladder.validate``) the validation run on ``devices`` (default: all) and its comparison,
   and for a tuned ladder the tuning report (``analysis.tuning``); a fit that fails keeps
-  the runs. A ladder with a unique-data axis trains its validation run, fixed by its config,
-  before the fit (``chinchax.ladder.repeat``)."""
+  the runs (returns False; True when fitted). A ladder with a unique-data axis trains its
+  validation run, fixed by its config, before the fit (``chinchax.ladder.repeat``)."""
   lc = config.ladder
   timed = lc.budget_kind == "seconds"
   out = table.parent / "fit"
@@ -112,8 +118,9 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
         fit_pipeline.fit_results(table, out, n_bootstrap=lc.bootstrap, log=log,
                                  warn=lambda m: log(f"warning: {m}"), grid=lc.fit_grid or None)
   except errors.UserError as e:  # the runs are kept; `chinchax fit` can be rerun on the table
-    console.warn(f"could not fit the table {table}: {e}")
-    return
+    console.warn(f"could not fit the table {table}: {e}; the runs are kept (rerun the same "
+                 f"command, or chinchax fit {table}, once the cause is fixed)")
+    return False
   if validate:
     plan = plan or ladder_lib.prepare(config, devices, check_data=False)
     if ladder_lib.run_validation(plan, out / "fit.json") is not None:
@@ -131,6 +138,7 @@ def _fit(config, table, devices=None, validate: bool = True) -> None:
     wandblog.log_fit(config, out)
   except Exception as e:  # noqa: BLE001 — the fit on disk stands; W&B is a copy
     console.warn(f"the fit was not logged to Weights & Biases: {type(e).__name__}: {e}")
+  return True
 
 
 class _FitLog:
@@ -200,7 +208,8 @@ def main(argv: list[str]) -> int:
 
   Returns the exit status: 0 every run done (and fitted), 1 local workers ended with runs
   not recorded, 3 some runs failed (the rest fitted, no validation run), 4 a local worker
-  died but the others recorded every run (fitted and validated), 75 preempted and 130
+  died but the others recorded every run (fitted and validated), 5 every run done but the
+  table could not be fitted (the reason warned; a rerun fits again), 75 preempted and 130
   interrupted after a checkpoint (rerun the same command to resume).
 
   Raises:

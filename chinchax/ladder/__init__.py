@@ -15,7 +15,7 @@ and trains a held-out validation run at a larger budget with the fitted law's
 N_opt (:mod:`~chinchax.ladder.validation`).
 """
 
-from chinchax.ladder.driver import (INCOMPLETE_EXIT_CODE, RUNS_FAILED_EXIT_CODE,
+from chinchax.ladder.driver import (FIT_FAILED_EXIT_CODE, INCOMPLETE_EXIT_CODE, RUNS_FAILED_EXIT_CODE,
                                     WORKER_DIED_EXIT_CODE, describe, failed_rows, finish_line,
                                     run_ladder)
 from chinchax.ladder.grid import LadderRun, plan_runs, run_config, validate_ladder
@@ -32,7 +32,7 @@ from chinchax.ladder.worker import (LadderPlan, WorkerReport, claim_fit, fit_set
                                     run_states, settle_fit_claim, train_run, work)
 
 __all__ = [
-    "INCOMPLETE_EXIT_CODE", "RUNS_FAILED_EXIT_CODE", "WORKER_DIED_EXIT_CODE", "LadderProgress",
+    "FIT_FAILED_EXIT_CODE", "INCOMPLETE_EXIT_CODE", "RUNS_FAILED_EXIT_CODE", "WORKER_DIED_EXIT_CODE", "LadderProgress",
     "LocalResult", "die_with_parent", "failed_rows", "is_local_worker", "settle_fit_claim",
     "LadderPlan", "LadderRun", "Lease", "Leases", "ResultsTable", "WorkerReport", "claim_fit",
     "closing_lines", "describe", "duration", "fit_seconds", "finish_line", "fit_settled", "plan_runs", "plan_validation", "prepare", "run_config",

@@ -27,6 +27,7 @@ import chinchax.ladder.worker as worker_lib
 INCOMPLETE_EXIT_CODE = 1   # local workers ended (died) with runs not recorded: rerun to resume
 RUNS_FAILED_EXIT_CODE = 3  # every run recorded, some failed: the rest fitted, no validation run
 WORKER_DIED_EXIT_CODE = 4  # a local worker died, the others recorded every run: fitted, validated
+FIT_FAILED_EXIT_CODE = 5   # every run done, but the table could not be fitted (the reason warned)
 
 
 def failed_rows(table_path: pathlib.Path) -> list[dict]:
