@@ -114,15 +114,13 @@ def _number(value, path: str, line: int, column: str, *, positive: bool = True) 
   return x
 
 
-def _parse_jsonl(text: str, path: str) -> Runs:
-  N, D, loss, budget, ids, curves, weights = [], [], [], [], [], [], []
-  ses, windows, uniques = [], [], []
-  seen: dict[str, int] = {}
-  seen_config: dict[tuple, int] = {}
-  n_failed = 0
-  any_budget = None
-  all_curves = True
-  held_out = []
+def json_rows(text: str, path: str):
+  """Yields (line number, row) for each non-blank line of a JSONL results table's ``text``
+  (``path`` names it in errors); every row is a JSON object with a ``run_id``.
+
+  Raises:
+    ResultsError: a line that is not valid JSON, not an object, or has no run_id.
+  """
   for line_no, raw in enumerate(text.splitlines(), start=1):
     if not raw.strip():
       continue
@@ -134,6 +132,19 @@ def _parse_jsonl(text: str, path: str) -> Runs:
       raise ResultsError(f"{path}:{line_no}: each line must be a JSON object")
     if "run_id" not in row:
       raise ResultsError(f"{path}:{line_no}: missing column 'run_id'")
+    yield line_no, row
+
+
+def _parse_jsonl(text: str, path: str) -> Runs:
+  N, D, loss, budget, ids, curves, weights = [], [], [], [], [], [], []
+  ses, windows, uniques = [], [], []
+  seen: dict[str, int] = {}
+  seen_config: dict[tuple, int] = {}
+  n_failed = 0
+  any_budget = None
+  all_curves = True
+  held_out = []
+  for line_no, row in json_rows(text, path):
     rid = str(row["run_id"])
     if rid in seen:
       raise ResultsError(f"{path}:{line_no}: duplicated run {rid!r} (first on line {seen[rid]}); "

@@ -37,6 +37,7 @@ from analysis import recipe as recipe_lib
 from analysis.isotime import steptime_cv
 from analysis.isoflop.approach3 import fit_approach3, parse_grid, start_grid
 from analysis.errors import FitError, FitOptionError, ResultsError
+from analysis.io import json_rows
 from analysis.pipeline import default_out_dir
 from analysis.runs import runs_from_arrays
 
@@ -58,15 +59,7 @@ def read_rows(path: str) -> list[dict]:
   except OSError as e:
     raise ResultsError(f"results file {path!r} cannot be read ({e.strerror or e})") from None
   rows: dict[str, dict] = {}
-  for line_no, raw in enumerate(text.splitlines(), start=1):
-    if not raw.strip():
-      continue
-    try:
-      row = json.loads(raw)
-    except json.JSONDecodeError as e:
-      raise ResultsError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-    if not isinstance(row, dict) or "run_id" not in row:
-      raise ResultsError(f"{path}:{line_no}: each line must be a JSON object with a 'run_id'")
+  for _, row in json_rows(text, path):
     rows.pop(str(row["run_id"]), None)
     rows[str(row["run_id"])] = row
   if not rows:
