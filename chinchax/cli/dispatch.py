@@ -85,6 +85,9 @@ def _verb_help(verb: str, rest: list[str]) -> int:
   return status
 
 
+CHECKPOINTING_VERBS = ("train", "ladder")  # resume from their checkpoints when rerun
+
+
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the ``chinchax`` command; returns its exit status.
 
@@ -142,9 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         return _disk_full(e)
       raise
     doing = f" while {watchdog.doing()}" if watchdog.doing() else ""
-    kept = watchdog.last_saved() or "no checkpoint of this run was saved"
-    print(f"error: the storage at {gcs.endpoint()} stopped answering{doing} ({why}); {kept}; "
-          f"rerun the same command once it answers again to resume from there", file=sys.stderr)
+    if argv and argv[0] in CHECKPOINTING_VERBS:
+      kept = watchdog.last_saved() or "no checkpoint of this run was saved"
+      then = f"{kept}; rerun the same command once it answers again to resume from there"
+    else:  # fit, export, prepare...: each writes its files whole or not at all
+      then = "rerun the same command once it answers again"
+    print(f"error: the storage at {gcs.endpoint()} stopped answering{doing} ({why}); {then}",
+          file=sys.stderr)
     if command:  # no teardown: the clients' exit hooks would retry each upload for minutes
       interrupts.exit_now(watchdog.UNAVAILABLE_EXIT_CODE)
     return watchdog.UNAVAILABLE_EXIT_CODE
