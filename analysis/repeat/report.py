@@ -149,8 +149,7 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
   base_runs = fr.single_epoch(runs)
   if base is None:
     base = approach3.fit_approach3(base_runs).law
-    base_from = (f"Approach 3 on the {len(base_runs)} runs of one epoch or less of the largest "
-                 f"unique set")
+    base_from = f"Approach 3 on the {len(base_runs)} runs of one epoch or less"
   rows = fr.RepeatRows.from_runs(runs)
   forms = {}
   for form in lr.FORMS:
