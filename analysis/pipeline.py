@@ -25,7 +25,7 @@ from analysis.isoflop.approach3 import HUBER_DELTA, parse_grid, start_grid
 from analysis.isoflop.approaches import APPROACHES, FitOptions
 from analysis.isoflop.bootstrap import DEFAULT_METHOD, check_method
 from analysis.isoflop.diagnostics import outside_interval
-from analysis.errors import ApproachUnsupported, FitError, FitOptionError
+from analysis.errors import ApproachUnsupported, FitError, FitOptionError, ResultsError
 from analysis.isoflop.fit import FitReport, fit_all
 from analysis.isoflop.profile import profile_a
 from analysis import profile as profile_lib
@@ -141,6 +141,11 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   all_runs = runs
   if fit_repeat_lib.has_repetition(runs):  # Approaches 1-3 fit the runs of one epoch or less
     runs = fit_repeat_lib.single_epoch(runs)
+    if not len(runs):
+      raise ResultsError(f"{shown_results}: all {len(all_runs)} runs repeat data (D > "
+                         f"unique_tokens): Approaches 1-3 and the repetition laws' fit report "
+                         f"need runs of one epoch or less (D <= unique_tokens, or no "
+                         f"unique_tokens) beside them; add the single-epoch runs")
     say(f"{len(all_runs) - len(runs)} runs repeat data (D > unique_tokens): Approaches 1-3 fit "
         f"the {len(runs)} runs of one epoch or less; the repetition laws fit all")
   try:

@@ -114,3 +114,21 @@ def test_per_run_unique_sets_fit_from_the_command_line(tmp_path):
   assert "Approach 3 (on the 18 runs of one epoch or less)" in runs["fixed"]["base_text"]
   assert fixed["base"] == pytest.approx({k: runs["fixed"]["base"][k] for k in fixed["base"]})
   assert joint["base"]["E"] != runs["joint"]["base"]["E"]
+
+
+@pytest.mark.parametrize("law", [None, "base"])
+def test_a_table_of_repeated_runs_only_is_one_error_line(tmp_path, law, capsys):
+  """Every run repeats data: no run of one epoch or less for Approaches 1-3 (and the base)."""
+  from chinchax import cli
+  N, D, U, loss = _crash_shape()
+  path = tmp_path / "rep.jsonl"
+  path.write_text("".join(json.dumps({"run_id": f"r{i}", "N": N[i], "D": D[i],
+                                      "unique_tokens": U[i], "final_eval_loss": loss[i]}) + "\n"
+                          for i in range(18, len(N))))
+  (tmp_path / "base.json").write_text(json.dumps(BASE.to_dict()))
+  extra = ["--law", str(tmp_path / "base.json")] if law else []
+  rc = cli.main(["fit", str(path), *extra, "--min-budgets", "1", "--out", str(tmp_path / "o")])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert rc == 2 and len(err) == 1 and err[0].startswith("error:"), err
+  assert "all 8 runs" in err[0] and "one epoch or less" in err[0]
+  assert not (tmp_path / "o").exists()
