@@ -241,8 +241,8 @@ def _repeat_validation_line(v: dict) -> str:
   preds = ", ".join(f"{k} {p['predicted_loss']:.4f} ({100 * p['rel_error']:+.2f}%)"
                     for k, p in v["predictions"].items())
   return (f"repeat: validation run {v['run_id']} ({v['epochs'] or 0:.3g} epochs of "
-          f"{v['unique_tokens'] or 0:.4g} unique tokens): measured {v['measured_loss']:.4f}; "
-          f"predicted {preds}")
+          f"{v['unique_tokens'] or 0:.4g} unique tokens): measured {v['measured_loss']:.4f}"
+          f"{repeat_report.se_text(v)}; predicted {preds}")
 
 
 def _validation_figure(json_path: str, runs, out_dir: str) -> list[str]:

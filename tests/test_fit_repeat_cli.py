@@ -132,3 +132,19 @@ def test_a_table_of_repeated_runs_only_is_one_error_line(tmp_path, law, capsys):
   assert rc == 2 and len(err) == 1 and err[0].startswith("error:"), err
   assert "all 8 runs" in err[0] and "one epoch or less" in err[0]
   assert not (tmp_path / "o").exists()
+
+
+def test_validation_run_carries_its_eval_standard_error():
+  """The repetition laws' validation entry keeps the run's measured s.e. and fit.md shows it."""
+  from analysis.repeat import report as rr
+  law = lr.MuennighoffLaw(BASE, 10.0, 4.0)
+  b = {k: getattr(BASE, k) for k in ("E", "A", "B", "alpha", "beta")}
+  block = {"base": b, "muennighoff": {"params": law.params(), "base": b}}
+  row = {"run_id": "val", "N": 2e6, "D": 4e8, "unique_tokens": 4e7,
+         "final_eval_loss": 3.0, "final_eval_loss_se": 0.0012}
+  v = rr.validation_from_block(block, row)
+  assert v["measured_se"] == 0.0012
+  assert v["predictions"]["muennighoff"]["predicted_loss"] == pytest.approx(
+      float(law.loss(2e6, 4e8, 4e7)))
+  assert rr.se_text(v) == " ± 0.0012 (s.e.)"
+  assert rr.se_text(rr.validation_from_block(block, dict(row, final_eval_loss_se=None))) == ""

@@ -226,14 +226,23 @@ def _validation(row: dict, base, forms: dict) -> dict:
   N, D = float(row["N"]), float(row["D"])
   U = float(row["unique_tokens"]) if row.get("unique_tokens") else math.inf
   measured = float(row["final_eval_loss"])
+  se = row.get("final_eval_loss_se")
   out = {"run_id": row.get("run_id"), "N": N, "D": D, "unique_tokens": _finite(U),
-         "epochs": _finite(D / U), "measured_loss": measured, "predictions": {}}
+         "epochs": _finite(D / U), "measured_loss": measured,
+         "measured_se": float(se) if se is not None else None, "predictions": {}}
   preds = {"base (no repetition)": float(base.loss(N, D))}
   for form, f in forms.items():
     preds[form] = float(f["law"].loss(N, D, U))
   for k, p in preds.items():
     out["predictions"][k] = {"predicted_loss": p, "rel_error": (measured - p) / p}
   return out
+
+
+def se_text(v: dict) -> str:
+  """" ± SE (s.e.)" for a validation entry's measured loss (its eval windows' standard error;
+  "" when the run did not measure one)."""
+  se = v.get("measured_se")
+  return f" ± {se:.4f} (s.e.)" if se else ""
 
 
 def _ci_text(ci) -> str:
@@ -293,7 +302,7 @@ def markdown(block: dict) -> list[str]:
                       for k, p in v["predictions"].items())
     lines.append(f"Validation run `{v['run_id']}` (N {v['N']:.4g}, D {v['D']:.4g}, U "
                  f"{v['unique_tokens'] or float('inf'):.4g}, {v['epochs'] or 0:.3g} epochs): "
-                 f"measured {v['measured_loss']:.4f}; predicted {preds}.")
+                 f"measured {v['measured_loss']:.4f}{se_text(v)}; predicted {preds}.")
   lines.append("")
   return lines
 
