@@ -220,13 +220,15 @@ def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say, base=None,
   ``base`` as the single-epoch law, else Approach 3's when it was fitted; {"status":
   "skipped"} when they fail."""
   a3 = report.results.get("3")
+  own = base is None  # the table's own single-epoch law: refitted in each bootstrap replicate
   if base is None and a3 is not None:
     base = a3.law
     base_from = (f"this fit's Approach 3 (on the {len(report.runs)} runs of one epoch or "
                  f"less)")
   try:
     rep = repeat_report.fit_repeat(runs, base, n_bootstrap=n_bootstrap, seed=seed, log=say,
-                                   base_from=base_from or "given", base_mode=base_mode)
+                                   base_from=base_from or "given", base_mode=base_mode,
+                                   refit_base=own)
   except (FitError, ApproachUnsupported, ValueError, ArithmeticError) as e:
     say(f"repeat: not fitted: {e}")
     return {"status": "skipped", "reason": str(e)}

@@ -123,7 +123,7 @@ def _identified(value: float, ci, prof: dict | None = None) -> bool:
 def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstrap: int = 200,
                seed: int = 0, log: Callable[[str], None] | None = None,
                base_from: str = "given", base_mode: str = "fixed",
-               level: float = pl.CI_LEVEL) -> RepeatReport:
+               level: float = pl.CI_LEVEL, refit_base: bool | None = None) -> RepeatReport:
   """Fits both repetition forms to ``runs`` (module docstring; :mod:`analysis.repeat.fit`).
 
   Args:
@@ -136,6 +136,9 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
     base_mode: "fixed" (the base held: the papers' two-stage procedure) or "joint" (polished
       with the repetition terms); :data:`analysis.repeat.fit.BASE_MODES`.
     level: the profile intervals' confidence level.
+    refit_base: with the base held, refit it on each bootstrap replicate's single-epoch runs
+      before holding it (a base fitted on this table: its own error belongs in the interval);
+      None: True when ``base`` is None (fitted here), False for a given one (a ``--law`` base).
 
   Raises:
     FitError: no repeated run, or a form that cannot be fitted.
@@ -145,7 +148,7 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
   if base_mode not in fr.BASE_MODES:
     raise ValueError(f"unknown base mode {base_mode!r}; valid: {', '.join(fr.BASE_MODES)}")
   joint = base_mode == "joint"
-  given = base is not None
+  refit = base is None if refit_base is None else bool(refit_base)
   base_runs = fr.single_epoch(runs)
   if base is None:
     base = approach3.fit_approach3(base_runs).law
@@ -156,7 +159,7 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
     t0 = time.perf_counter()
     law, theta = fr.fit_form(form, base, rows, joint=joint)
     boot = (fr.bootstrap_form(form, rows, law, theta, n=n_bootstrap, seed=seed, joint=joint,
-                              refit_base=not given)
+                              refit_base=refit)
             if n_bootstrap > 0 else {"ci": {k: None for k in law.params()}})
     if boot.get("n_failed"):
       say(f"repeat: {form}: {boot['n_failed']} of {n_bootstrap} bootstrap replicates could not "
