@@ -151,3 +151,28 @@ def test_validation_run_carries_its_eval_standard_error():
       float(law.loss(2e6, 4e8, 4e7)))
   assert rr.se_text(v) == " ± 0.0012 (s.e.)"
   assert rr.se_text(rr.validation_from_block(block, dict(row, final_eval_loss_se=None))) == ""
+
+
+def test_a_base_without_units_is_taken_in_the_tables_with_a_warning(tmp_path, capsys):
+  """A bare {E, A, B, alpha, beta} base against a table whose units are known: accepted (a
+  published base is often given so), with one warning line naming the units assumed."""
+  import argparse
+  from chinchax.cli import fit as fit_cli
+  N, D, U, loss = _crash_shape()
+  path = tmp_path / "t.jsonl"
+  path.write_text("".join(json.dumps({"run_id": f"r{i}", "N": N[i], "D": D[i],
+                                      "unique_tokens": U[i], "final_eval_loss": loss[i],
+                                      "recipe": {"tokenizer": {"kind": "bytes",
+                                                               "vocab_size": 257}}}) + "\n"
+                          for i in range(len(N))))
+  (tmp_path / "bare.json").write_text(json.dumps({"E": 1.8, "A": 400.0, "B": 1500.0,
+                                                  "alpha": 0.34, "beta": 0.30}))
+  args = argparse.Namespace(results=str(path), law=str(tmp_path / "bare.json"), quiet=False)
+  law = fit_cli._repeat_base(args)
+  assert law.E == 1.8
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("warning:") and "records no loss units" in err[0]
+  assert "bytes" in err[0], err
+  args.quiet = True
+  fit_cli._repeat_base(args)
+  assert not capsys.readouterr().err

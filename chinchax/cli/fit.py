@@ -260,7 +260,8 @@ def _repeated_table(args, flag: str) -> None:
 def _repeat_base(args) -> laws.ParametricLaw:
   """``--law`` on an IsoFLOP table: the single-epoch law of its repetition fits, allowed
   only when some run repeats data, the law has all five parameters and its loss units are
-  the table's (FitOptionError otherwise, or for a law without a loss)."""
+  the table's (FitOptionError otherwise, or for a law without a loss); a law that records no
+  units is taken to be in the table's, with a warning."""
   _repeated_table(args, "--law")
   _check_base_parameters(args.law)
   try:
@@ -275,6 +276,9 @@ def _repeat_base(args) -> laws.ParametricLaw:
     raise FitOptionError(f"--law {args.law!r} predicts loss in {law.units.describe()}, the "
                          f"table's losses are {table_units.describe()}: a base law must be in "
                          f"the table's loss units (fit one on runs with the table's tokenizer)")
+  if not law.units.known and table_units.known and not args.quiet:
+    console.warn(f"--law {args.law!r} records no loss units (no recipe in the law file): it is "
+                 f"taken to be in the table's, {table_units.describe()}")
   return law
 
 
