@@ -16,7 +16,8 @@ Two formats are read:
   (``Model Size``, ``Training FLOP``, ``loss``) are accepted too. Optional
   columns: ``C_budget``, ``run_id``, ``status``, ``weight`` (per-run weight in
   the fits, >= 0; JSONL rows may carry ``weight`` too), ``final_eval_loss_se``
-  (or ``loss_se``; empty: not measured) and ``eval_windows``.
+  (or ``loss_se``; empty: not measured), ``eval_windows`` and ``unique_tokens`` (or ``U``,
+  ``Unique Tokens``; empty: fresh data), as in JSONL.
 
 Every problem (missing column, unparsable, NaN or non-positive value,
 duplicated run, empty table, too few IsoFLOP budgets) raises
@@ -50,6 +51,7 @@ _CSV_ALIASES = {
     "weight": ("weight",),
     "loss_se": ("final_eval_loss_se", "loss_se"),
     "eval_windows": ("eval_windows",),
+    "unique_tokens": ("unique_tokens", "U", "Unique Tokens", "unique tokens"),
 }
 
 
@@ -246,7 +248,7 @@ def _parse_csv(text: str, path: str) -> Runs:
     raise ResultsError(f"{path}: missing column 'D' or 'C' (tokens, or FLOPs with D = C/(6N)); "
                        f"the header is {header}")
   N, D, loss, budget, ids, weights = [], [], [], [], [], []
-  ses, windows = [], []
+  ses, windows, uniques = [], [], []
   seen_ids: dict[str, int] = {}
   seen_rows: dict[tuple, int] = {}
   n_failed = 0
@@ -284,6 +286,8 @@ def _parse_csv(text: str, path: str) -> Runs:
                          cols["loss_se"], math.nan))
     windows.append(_optional(row.get(cols["eval_windows"]) if cols["eval_windows"] else None,
                              path, line_no, cols["eval_windows"], 0))
+    u = (row.get(cols["unique_tokens"]) or "").strip() if cols["unique_tokens"] else ""
+    uniques.append(_number(u, path, line_no, cols["unique_tokens"]) if u else math.inf)
     N.append(n)
     D.append(d)
     loss.append(l)
@@ -291,10 +295,12 @@ def _parse_csv(text: str, path: str) -> Runs:
   if not N:
     raise ResultsError(f"{path}: no runs to fit (the table has a header but no data rows"
                        f"{f', {n_failed} failed' if n_failed else ''})")
-  return runs_from_arrays(N, D, loss, budget=np.asarray(budget) if cols["C_budget"] else None,
+  runs = runs_from_arrays(N, D, loss, budget=np.asarray(budget) if cols["C_budget"] else None,
                           run_id=ids, source=path, n_failed=n_failed,
                           weight=np.asarray(weights) if cols["weight"] else None,
                           **_noise_columns(ses, windows))
+  unique = np.asarray(uniques) if any(math.isfinite(u) for u in uniques) else None
+  return dataclasses.replace(runs, unique_tokens=unique)
 
 
 def write_results_jsonl(runs: Runs, path: str, failed: Sequence[str] = ()) -> None:

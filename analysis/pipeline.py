@@ -25,7 +25,7 @@ from analysis.isoflop.approach3 import HUBER_DELTA, parse_grid, start_grid
 from analysis.isoflop.approaches import APPROACHES, FitOptions
 from analysis.isoflop.bootstrap import DEFAULT_METHOD, check_method
 from analysis.isoflop.diagnostics import outside_interval
-from analysis.errors import ApproachUnsupported, FitError, FitOptionError
+from analysis.errors import ApproachUnsupported, FitError, FitOptionError, ResultsError
 from analysis.isoflop.fit import FitReport, fit_all
 from analysis.isoflop.profile import profile_a
 from analysis import profile as profile_lib
@@ -141,6 +141,11 @@ def fit_results(results_path: str | os.PathLike, out_dir: str | os.PathLike | No
   all_runs = runs
   if fit_repeat_lib.has_repetition(runs):  # Approaches 1-3 fit the runs of one epoch or less
     runs = fit_repeat_lib.single_epoch(runs)
+    if not len(runs):
+      raise ResultsError(f"{shown_results}: all {len(all_runs)} runs repeat data (D > "
+                         f"unique_tokens): Approaches 1-3 and the repetition laws' fit report "
+                         f"need runs of one epoch or less (D <= unique_tokens, or no "
+                         f"unique_tokens) beside them; add the single-epoch runs")
     say(f"{len(all_runs) - len(runs)} runs repeat data (D > unique_tokens): Approaches 1-3 fit "
         f"the {len(runs)} runs of one epoch or less; the repetition laws fit all")
   try:
@@ -215,13 +220,15 @@ def _fit_repeat(runs, report, n_bootstrap: int, seed: int, say, base=None,
   ``base`` as the single-epoch law, else Approach 3's when it was fitted; {"status":
   "skipped"} when they fail."""
   a3 = report.results.get("3")
+  own = base is None  # the table's own single-epoch law: refitted in each bootstrap replicate
   if base is None and a3 is not None:
     base = a3.law
     base_from = (f"this fit's Approach 3 (on the {len(report.runs)} runs of one epoch or "
                  f"less)")
   try:
     rep = repeat_report.fit_repeat(runs, base, n_bootstrap=n_bootstrap, seed=seed, log=say,
-                                   base_from=base_from or "given", base_mode=base_mode)
+                                   base_from=base_from or "given", base_mode=base_mode,
+                                   refit_base=own)
   except (FitError, ApproachUnsupported, ValueError, ArithmeticError) as e:
     say(f"repeat: not fitted: {e}")
     return {"status": "skipped", "reason": str(e)}
@@ -236,8 +243,8 @@ def _repeat_validation_line(v: dict) -> str:
   preds = ", ".join(f"{k} {p['predicted_loss']:.4f} ({100 * p['rel_error']:+.2f}%)"
                     for k, p in v["predictions"].items())
   return (f"repeat: validation run {v['run_id']} ({v['epochs'] or 0:.3g} epochs of "
-          f"{v['unique_tokens'] or 0:.4g} unique tokens): measured {v['measured_loss']:.4f}; "
-          f"predicted {preds}")
+          f"{v['unique_tokens'] or 0:.4g} unique tokens): measured {v['measured_loss']:.4f}"
+          f"{repeat_report.se_text(v)}; predicted {preds}")
 
 
 def _validation_figure(json_path: str, runs, out_dir: str) -> list[str]:

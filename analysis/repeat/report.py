@@ -123,7 +123,7 @@ def _identified(value: float, ci, prof: dict | None = None) -> bool:
 def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstrap: int = 200,
                seed: int = 0, log: Callable[[str], None] | None = None,
                base_from: str = "given", base_mode: str = "fixed",
-               level: float = pl.CI_LEVEL) -> RepeatReport:
+               level: float = pl.CI_LEVEL, refit_base: bool | None = None) -> RepeatReport:
   """Fits both repetition forms to ``runs`` (module docstring; :mod:`analysis.repeat.fit`).
 
   Args:
@@ -136,6 +136,9 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
     base_mode: "fixed" (the base held: the papers' two-stage procedure) or "joint" (polished
       with the repetition terms); :data:`analysis.repeat.fit.BASE_MODES`.
     level: the profile intervals' confidence level.
+    refit_base: with the base held, refit it on each bootstrap replicate's single-epoch runs
+      before holding it (a base fitted on this table: its own error belongs in the interval);
+      None: True when ``base`` is None (fitted here), False for a given one (a ``--law`` base).
 
   Raises:
     FitError: no repeated run, or a form that cannot be fitted.
@@ -145,19 +148,18 @@ def fit_repeat(runs: Runs, base: laws.ParametricLaw | None = None, *, n_bootstra
   if base_mode not in fr.BASE_MODES:
     raise ValueError(f"unknown base mode {base_mode!r}; valid: {', '.join(fr.BASE_MODES)}")
   joint = base_mode == "joint"
-  given = base is not None
+  refit = base is None if refit_base is None else bool(refit_base)
   base_runs = fr.single_epoch(runs)
   if base is None:
     base = approach3.fit_approach3(base_runs).law
-    base_from = (f"Approach 3 on the {len(base_runs)} runs of one epoch or less of the largest "
-                 f"unique set")
+    base_from = f"Approach 3 on the {len(base_runs)} runs of one epoch or less"
   rows = fr.RepeatRows.from_runs(runs)
   forms = {}
   for form in lr.FORMS:
     t0 = time.perf_counter()
     law, theta = fr.fit_form(form, base, rows, joint=joint)
     boot = (fr.bootstrap_form(form, rows, law, theta, n=n_bootstrap, seed=seed, joint=joint,
-                              refit_base=not given)
+                              refit_base=refit)
             if n_bootstrap > 0 else {"ci": {k: None for k in law.params()}})
     if boot.get("n_failed"):
       say(f"repeat: {form}: {boot['n_failed']} of {n_bootstrap} bootstrap replicates could not "
@@ -227,14 +229,23 @@ def _validation(row: dict, base, forms: dict) -> dict:
   N, D = float(row["N"]), float(row["D"])
   U = float(row["unique_tokens"]) if row.get("unique_tokens") else math.inf
   measured = float(row["final_eval_loss"])
+  se = row.get("final_eval_loss_se")
   out = {"run_id": row.get("run_id"), "N": N, "D": D, "unique_tokens": _finite(U),
-         "epochs": _finite(D / U), "measured_loss": measured, "predictions": {}}
+         "epochs": _finite(D / U), "measured_loss": measured,
+         "measured_se": float(se) if se is not None else None, "predictions": {}}
   preds = {"base (no repetition)": float(base.loss(N, D))}
   for form, f in forms.items():
     preds[form] = float(f["law"].loss(N, D, U))
   for k, p in preds.items():
     out["predictions"][k] = {"predicted_loss": p, "rel_error": (measured - p) / p}
   return out
+
+
+def se_text(v: dict) -> str:
+  """" ± SE (s.e.)" for a validation entry's measured loss (its eval windows' standard error;
+  "" when the run did not measure one)."""
+  se = v.get("measured_se")
+  return f" ± {se:.4f} (s.e.)" if se else ""
 
 
 def _ci_text(ci) -> str:
@@ -294,7 +305,7 @@ def markdown(block: dict) -> list[str]:
                       for k, p in v["predictions"].items())
     lines.append(f"Validation run `{v['run_id']}` (N {v['N']:.4g}, D {v['D']:.4g}, U "
                  f"{v['unique_tokens'] or float('inf'):.4g}, {v['epochs'] or 0:.3g} epochs): "
-                 f"measured {v['measured_loss']:.4f}; predicted {preds}.")
+                 f"measured {v['measured_loss']:.4f}{se_text(v)}; predicted {preds}.")
   lines.append("")
   return lines
 

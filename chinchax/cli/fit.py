@@ -2,7 +2,8 @@
 
 Fits Chinchilla's Approaches 1-3 (Hoffmann et al. 2022) with bootstrap
 intervals. RESULTS is the ladder's JSONL results table or a CSV with columns N, loss and D
-or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too). Writes
+or C (Epoch AI's ``Model Size``, ``Training FLOP``, ``loss`` work too; ``unique_tokens`` or
+``U`` for runs drawn from a limited set of unique tokens). Writes
 ``fit.json`` (every number; the Approach-3 law as E, A, B, alpha, beta),
 ``fit.md`` and the figures (PNG and SVG) into DIR. Warnings on the fit (biased
 or undetermined parabolas, budgets left out, an optimum outside the start
@@ -19,9 +20,10 @@ it on the IsoTime runs.
 A table whose runs repeat data (D > unique_tokens) gets the repetition laws too
 (``analysis.repeat.report``: Approaches 1-3 on the runs of one epoch or less, D <= U);
 there ``--law`` gives their single-epoch law instead of the table's Approach 3, and
-``--repeat-base fixed`` (the default with ``--law``: the papers' two-stage procedure) holds that
-law while the repetition constants are fitted, ``joint`` (the default without ``--law``, whose
-base is fitted on the same table) refits it with them. Each repetition constant (and
+``--repeat-base fixed`` (the default with ``--law``: the papers' two-stage procedure; without
+``--law``, the table's own Approach 3 fitted first and then held) holds that law while the
+repetition constants are fitted, ``joint`` (the default without ``--law``, whose base is fitted
+on the same table) refits it with them. Each repetition constant (and
 Approach 3's a, b) gets a profile-likelihood interval beside its bootstrap one; a constant the
 table cannot pin down is reported as not identified, with the range its profile covers.
 
@@ -124,9 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--repeat-base", default=None, choices=fit_repeat.BASE_MODES,
                  help="tables whose runs repeat data: 'fixed' holds the single-epoch law while "
                       "the repetition constants are fitted, as Muennighoff et al. 2023 do "
-                      "(default with --law); 'joint' refits it together with them (default "
-                      "without --law: a base fitted on the same table, held fixed, gives "
-                      "intervals far too narrow; docs/fitting.md)")
+                      "(default with --law; without --law the two stages in one command: the "
+                      "table's own Approach 3 on its runs of one epoch or less, then held); "
+                      "'joint' refits it together with them (default without --law: a base "
+                      "fitted on the same table, held fixed, gives intervals far too narrow; "
+                      "docs/fitting.md)")
   p.add_argument("--no-figures", action="store_true", help="skip the figures")
   p.add_argument("--quiet", action="store_true", help="print only errors")
   return p
@@ -256,7 +260,8 @@ def _repeated_table(args, flag: str) -> None:
 def _repeat_base(args) -> laws.ParametricLaw:
   """``--law`` on an IsoFLOP table: the single-epoch law of its repetition fits, allowed
   only when some run repeats data, the law has all five parameters and its loss units are
-  the table's (FitOptionError otherwise, or for a law without a loss)."""
+  the table's (FitOptionError otherwise, or for a law without a loss); a law that records no
+  units is taken to be in the table's, with a warning."""
   _repeated_table(args, "--law")
   _check_base_parameters(args.law)
   try:
@@ -271,6 +276,9 @@ def _repeat_base(args) -> laws.ParametricLaw:
     raise FitOptionError(f"--law {args.law!r} predicts loss in {law.units.describe()}, the "
                          f"table's losses are {table_units.describe()}: a base law must be in "
                          f"the table's loss units (fit one on runs with the table's tokenizer)")
+  if not law.units.known and table_units.known and not args.quiet:
+    console.warn(f"--law {args.law!r} records no loss units (no recipe in the law file): it is "
+                 f"taken to be in the table's, {table_units.describe()}")
   return law
 
 
