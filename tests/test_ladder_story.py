@@ -81,6 +81,27 @@ def test_closing_block_reads_the_fit(tmp_path):
   assert answer.closing_lines(tmp_path / "none") == []
 
 
+def test_closing_block_of_a_data_constrained_fit_shows_the_repetition_laws(tmp_path):
+  fit = tmp_path / "fit"
+  fit.mkdir()
+  data = json.loads(GOLDEN_FIT.read_text())
+  v = {"run_id": "VU200000_C5e+11_N40536", "epochs": 10.8, "unique_tokens": 194821.0,
+       "measured_loss": 1.97, "measured_se": 0.015,
+       "predictions": {"base (no repetition)": {"predicted_loss": 1.61, "rel_error": 0.2236},
+                       "muennighoff": {"predicted_loss": 1.95, "rel_error": 0.0103},
+                       "overfit": {"predicted_loss": 1.93, "rel_error": 0.0207}}}
+  data["repeat"] = {"form": "overfit", "validation": [v]}
+  (fit / "fit.json").write_text(json.dumps(data))
+  lines = answer.closing_lines(fit, 4e9)
+  assert all(len(line) <= 100 for line in lines if str(tmp_path) not in line), lines
+  text = "\n".join(lines)
+  assert "measured 1.9700 ± 0.0150, predicted by" in text, text
+  assert ("additive 1.9300 (+2.1%), Muennighoff 1.9500 (+1.0%), no repetition 1.6100 (+22.4%)"
+          in text), text
+  assert text.endswith("--unique-tokens 1.95e+05")
+  assert f"predicted {data['validation']['predicted_loss']:.4f}" not in text  # not the base's alone
+
+
 def test_a_finished_ladder_rerun_prints_its_answer_and_trains_nothing(tmp_path, small_corpus,
                                                                        store_root, capsys):
   c = _ladder_config(tmp_path, small_corpus, store_root)

@@ -36,6 +36,32 @@ def _clip(line: str) -> str:
   return line if len(line) <= WIDTH else line[:WIDTH - 1] + "…"
 
 
+FORM_NAMES = {"muennighoff": "Muennighoff", "overfit": "additive"}  # analysis.repeat forms
+
+
+def _repeat_validation(data: dict) -> list[str]:
+  """The validation line(s) of a fit with a ``repeat`` block (``analysis.repeat.report``): the
+  run's measured loss ± s.e., each repetition law's prediction and miss (the better form, by
+  leave-one-unique-size-out error, first), then the single-epoch law's; [] when there is none."""
+  rep = data.get("repeat") or {}
+  out = []
+  for v in rep.get("validation") or []:
+    preds = v.get("predictions") or {}
+    se = v.get("measured_se") or (data.get("validation") or {}).get("measured_se")
+    order = [rep.get("form")] + [f for f in FORM_NAMES if f != rep.get("form")]
+    parts = [f"{FORM_NAMES[f]} {preds[f]['predicted_loss']:.4f} "
+             f"({100 * preds[f]['rel_error']:+.1f}%)" for f in order if f in preds]
+    base = preds.get("base (no repetition)")
+    if base:
+      parts.append(f"no repetition {base['predicted_loss']:.4f} "
+                   f"({100 * base['rel_error']:+.1f}%)")
+    out.append(_clip(f"        validation {v['run_id']} ({v.get('epochs', float('nan')):.1f} "
+                     f"epochs): measured {v['measured_loss']:.4f}"
+                     + (f" ± {se:.4f}" if se else "") + ", predicted by"))
+    out.append(_clip("          " + ", ".join(parts)))
+  return out
+
+
 def closing_lines(fit_dir: pathlib.Path, c_max: float | None = None) -> list[str]:
   """The closing block of the fit in ``fit_dir`` (module doc); ``c_max`` is the ladder's largest
   budget (default: the fit's). A line is at most :data:`WIDTH` characters unless it holds a
@@ -77,7 +103,10 @@ def closing_lines(fit_dir: pathlib.Path, c_max: float | None = None) -> list[str
   except ValueError:
     pass
   v = data.get("validation")
-  if v and v.get("predicted_loss") is not None:
+  repeat_lines = _repeat_validation(data)
+  if repeat_lines:  # a data-constrained ladder: its repetition laws predict its validation run
+    lines += repeat_lines
+  elif v and v.get("predicted_loss") is not None:
     se = v.get("measured_se")
     diff = v["measured_loss"] - v["predicted_loss"]
     sig = (f", {abs(diff) / se:.1f} s.e." if se and se > 0 and math.isfinite(se) else "")
@@ -97,5 +126,8 @@ def closing_lines(fit_dir: pathlib.Path, c_max: float | None = None) -> list[str
   if figures:
     lines.append(f"        figures {', '.join(figures)} (.png, .svg) beside it")
   if c_top:
-    lines.append(f"        next: chinchax plan --flops {10 * c_top:.0e} --law {fit_dir / 'fit.json'}")
+    u = [v.get("unique_tokens") for v in (data.get("repeat") or {}).get("validation") or []]
+    then = f" --unique-tokens {u[0]:.3g}" if u and u[0] else ""
+    lines.append(f"        next: chinchax plan --flops {10 * c_top:.0e} --law "
+                 f"{fit_dir / 'fit.json'}{then}")
   return lines

@@ -71,13 +71,19 @@ class RunTimeModel:
 FIT_SECONDS_BASE = 10.0
 FIT_SECONDS_PER_RESAMPLE = 0.25
 FIT_SECONDS_PER_RUN = 0.5
+# A data-constrained ladder (ladder.unique_tokens) also fits two repetition laws, each bootstrapped
+# and profiled: ~10.8 min for the repeat ladder's 200 resamples on this project's 2-core host
+# under load, ~3 min idle (docs/data-constrained.md).
+FIT_SECONDS_REPEAT_PER_RESAMPLE = 1.0
 
 
 def fit_seconds(lc, n_runs: int = 25) -> float:
   """Rough wall seconds of the ladder's fit of ``n_runs`` runs (0 without ``ladder.fit``)."""
   if not lc.fit:
     return 0.0
-  return (FIT_SECONDS_BASE + FIT_SECONDS_PER_RESAMPLE * max(int(lc.bootstrap), 0)
+  per_resample = FIT_SECONDS_PER_RESAMPLE + (FIT_SECONDS_REPEAT_PER_RESAMPLE
+                                             if str(lc.get("unique_tokens", "") or "") else 0.0)
+  return (FIT_SECONDS_BASE + per_resample * max(int(lc.bootstrap), 0)
           + FIT_SECONDS_PER_RUN * n_runs)
 
 
