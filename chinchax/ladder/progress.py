@@ -82,7 +82,7 @@ def fit_seconds(lc, n_runs: int = 25) -> float:
   if not lc.fit:
     return 0.0
   per_resample = FIT_SECONDS_PER_RESAMPLE + (FIT_SECONDS_REPEAT_PER_RESAMPLE
-                                             if str(lc.get("unique_tokens", "") or "") else 0.0)
+                                             if str(getattr(lc, "unique_tokens", "") or "") else 0.0)
   return (FIT_SECONDS_BASE + per_resample * max(int(lc.bootstrap), 0)
           + FIT_SECONDS_PER_RUN * n_runs)
 
