@@ -299,8 +299,11 @@ class HFTokenizer:
             for a in out]
 
   def decode(self, ids) -> bytes:
-    """ids → UTF-8 bytes; special tokens (EOS) are dropped."""
-    ids = [int(i) for i in np.asarray(ids).ravel()]
+    """ids → UTF-8 bytes; special tokens (EOS, and the tokens added around a text) are dropped,
+    also where the tokenizer.json holds them in its model's vocabulary rather than as special
+    added tokens (an exported one: :mod:`chinchax.export.tokenizer_files`)."""
+    drop = {self.eos_id, *self.prefix_ids, *self.suffix_ids}
+    ids = [int(i) for i in np.asarray(ids).ravel() if int(i) not in drop]
     return self._tok.decode(ids, skip_special_tokens=True).encode("utf-8")
 
   def describe(self) -> dict:
