@@ -32,6 +32,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -164,6 +165,11 @@ def main(argv=None) -> int:
   pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
   if args.page:
     pages = [p for p in pages if p.name in args.page]
+  # The `chinchax` of this interpreter's environment (its console script), else its module.
+  script = pathlib.Path(sys.executable).with_name("chinchax")
+  program = ([str(script)] if script.exists() else
+             [shutil.which("chinchax")] if shutil.which("chinchax") else
+             [sys.executable, "-m", "chinchax.cli"])
   seen, missing, results = set(), {}, []
   for page in pages:
     for command, inline in commands(page.read_text()):
@@ -184,7 +190,8 @@ def main(argv=None) -> int:
       t0 = time.monotonic()
       try:
         proc = subprocess.run(["nice", "-n", "10", "timeout", "-s", "INT", "-k", "30",
-                               str(int(args.timeout)), *ws], cwd=root, capture_output=True,
+                               str(int(args.timeout)), *program, *ws[1:]], cwd=root,
+                              capture_output=True,
                               text=True, env={**os.environ, "COLUMNS": "100"})
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
       except FileNotFoundError as e:
