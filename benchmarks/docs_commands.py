@@ -4,7 +4,8 @@ user would on a fresh clone, and counts how many ran, passed, failed and were sk
 Usage (in a fresh clone, with chinchax installed from it):
     git clone /path/to/chinchax /tmp/docsrun && cd /tmp/docsrun
     pip install --no-deps -e .
-    python benchmarks/docs_commands.py [--timeout 300] [--long] [--page sample.md] [--json OUT]
+    python benchmarks/docs_commands.py [--timeout 300] [--long] [--also 'chinchax train']
+                                       [--page sample.md] [--json OUT]
 
 Which commands: each line of a fenced or indented code block that starts with `chinchax `
 (continuation lines joined) and each inline `chinchax ...` span that is a whole command (it
@@ -158,6 +159,8 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--timeout", type=float, default=300.0, help="seconds per command")
   ap.add_argument("--long", action="store_true", help="run the long commands too")
+  ap.add_argument("--also", action="append", default=[], metavar="COMMAND",
+                  help="run this long command too (its exact text, e.g. 'chinchax train')")
   ap.add_argument("--page", action="append", default=[], help="only these pages (file names)")
   ap.add_argument("--json", default="", help="write the results here")
   args = ap.parse_args(argv)
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
       if key in seen:
         continue
       seen.add(key)
-      reason = skip_reason(ws, args.long, missing, inline)
+      reason = skip_reason(ws, args.long or key in args.also, missing, inline)
       where = page.relative_to(root)
       if reason:
         for p in produces(ws):
