@@ -286,3 +286,24 @@ def test_sample_examples_fit_their_run_and_prompt_what_it_learned(monkeypatch):
       if not any(prompt in text for text in stdlib):
         bad.append(f"{command!r}: {prompt!r} occurs nowhere in the Python source it learned")
   assert len(examples) >= 3 and not bad, "\n".join(bad)
+
+
+def test_the_docs_runner_reads_each_command_once_and_says_why_it_skips(monkeypatch):
+  """benchmarks/docs_commands.py: an indented block's continued commands come apart, fragments
+  and placeholders are not run, and every long or unrunnable command carries its reason."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("docs_commands",
+                                                REPO / "benchmarks" / "docs_commands.py")
+  runner = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(runner)
+  monkeypatch.chdir(REPO)
+  storage = [c for c, _ in runner.commands((REPO / "docs" / "storage.md").read_text())]
+  assert [c.split()[1] for c in storage] == ["train", "ladder", "fit"], storage
+  assert all(c.count("chinchax ") == 1 for c in storage)
+  skip = lambda c, inline=False: runner.skip_reason(runner.words(c), False, {}, inline)  # noqa
+  assert skip("chinchax plan --flops 1e21 --law chinchilla-approach1") is None
+  assert skip("chinchax fit WORKDIR/results.jsonl").startswith("a synopsis")
+  assert skip("chinchax sample --temperature 0", inline=True).startswith("an inline mention")
+  assert skip("chinchax ladder").startswith("long: a whole ladder")
+  assert runner.skip_reason(runner.words("chinchax ladder"), True, {}) is None
+  assert "Gutenberg" in skip("chinchax train --config.data.paths='../shared/corpora/g/*.txt'")
