@@ -94,7 +94,8 @@ def test_aot_needs_an_accelerator_target():
 def test_an_unwritable_config_path_is_said_before_compiling(stub, tmp_path):
   from chinchax.cli import plan as plan_cli
   from chinchax.planning.errors import PlanError
-  with pytest.raises(PlanError, match="does not exist"):
+  (tmp_path / "a_file").write_text("")
+  with pytest.raises(PlanError, match="is not a directory"):
     plan_cli.main(["--flops", "1e18", "--hardware", "v5e-4", "--aot",
-                   "--write-config", str(tmp_path / "missing" / "x.py")])
+                   "--write-config", str(tmp_path / "a_file" / "x.py")])
   assert stub == []  # nothing was compiled

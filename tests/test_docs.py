@@ -64,14 +64,14 @@ def test_every_relative_link_resolves(page):
 
 
 def _commands(text: str, blocks_only: bool = False) -> list[str]:
-  """Each `chinchax ...` command: lines of fenced blocks (continuations joined) and, unless
-  ``blocks_only``, inline spans (which may be fragments: `chinchax plan --hardware`)."""
+  """Each `chinchax ...` command: lines of fenced and indented blocks (continuations joined)
+  and, unless ``blocks_only``, inline spans (which may be fragments: `chinchax plan --hardware`)."""
   out, in_block, held = [], False, ""
   for line in text.splitlines():
     if line.strip().startswith("```"):
       in_block, held = not in_block, ""
       continue
-    if in_block:
+    if in_block or (line.startswith("    ") and (held or line.strip().startswith("chinchax "))):
       line = held + line.strip()
       if line.endswith("\\"):
         held = line[:-1] + " "
@@ -237,3 +237,73 @@ def test_the_cheap_commands_run_as_written(tmp_path, monkeypatch, capsys):
       if rc != 0:
         failed.append(f"{_id(page)}: {command!r}: exit {rc}: {said.err.strip()[-300:]}")
   assert ran >= 3 and not failed, "\n".join(failed)
+
+
+def _documented_runs() -> dict[str, tuple[int, str]]:
+  """workdir → (seq_len, data.source) of the runs the pages train: each `chinchax train`
+  command's, and each run of the default ladder (runs/ladder/runs/<run_id>)."""
+  import importlib.util
+  from chinchax.ladder import grid
+  runs = {w: (s["train"]["seq_len"], s["data"]["source"]) for _, _, w, s in _train_configs()}
+  spec = importlib.util.spec_from_file_location("ladder_configs", REPO / "configs" / "ladder.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config("default")
+  t = c.train_config
+  for r in grid.plan_runs(c.ladder, t.train, 257):
+    runs[f"{c.workdir}/runs/{r.run_id}"] = (t.train.seq_len, t.data.source)
+  return runs
+
+
+def test_sample_examples_fit_their_run_and_prompt_what_it_learned(monkeypatch):
+  """Each `chinchax sample` example of the pages and of `sample --help` names a run the pages
+  train (a real ladder run id), asks for prompt bytes + new tokens within its seq_len (byte
+  tokens), and prompts a run trained on Python source with text that occurs in that source."""
+  from chinchax.data import sources
+  monkeypatch.chdir(REPO)
+  runs = _documented_runs()
+  examples = [c for p in PAGES for c in _commands(p.read_text(), blocks_only=True)]
+  examples += [line.strip() for line in _help("sample").splitlines()
+               if line.strip().startswith("chinchax sample ")]
+  examples = [c for c in examples if c.startswith("chinchax sample ")]
+  stdlib = None
+  bad = []
+  for command in examples:
+    words = _words(command)
+    workdir = words[1]
+    if PLACEHOLDER.match(workdir):
+      continue
+    if workdir not in runs:
+      bad.append(f"{command!r}: no page trains {workdir}")
+      continue
+    seq_len, source = runs[workdir]
+    prompt = (_value(words, "--prompt") or "").encode("utf-8")
+    new = int(_value(words, "--max-new-tokens") or 0)
+    if len(prompt) + new > seq_len:
+      bad.append(f"{command!r}: {len(prompt)} prompt bytes + {new} new > seq_len {seq_len}")
+    if prompt and source == "stdlib":
+      stdlib = stdlib or [f.read_bytes() for f in sources.StdlibSource().files]
+      if not any(prompt in text for text in stdlib):
+        bad.append(f"{command!r}: {prompt!r} occurs nowhere in the Python source it learned")
+  assert len(examples) >= 3 and not bad, "\n".join(bad)
+
+
+def test_the_docs_runner_reads_each_command_once_and_says_why_it_skips(monkeypatch):
+  """benchmarks/docs_commands.py: an indented block's continued commands come apart, fragments
+  and placeholders are not run, and every long or unrunnable command carries its reason."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("docs_commands",
+                                                REPO / "benchmarks" / "docs_commands.py")
+  runner = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(runner)
+  monkeypatch.chdir(REPO)
+  storage = [c for c, _ in runner.commands((REPO / "docs" / "storage.md").read_text())]
+  assert [c.split()[1] for c in storage] == ["train", "ladder", "fit"], storage
+  assert all(c.count("chinchax ") == 1 for c in storage)
+  skip = lambda c, inline=False: runner.skip_reason(runner.words(c), False, {}, inline)  # noqa
+  assert skip("chinchax plan --flops 1e21 --law chinchilla-approach1") is None
+  assert skip("chinchax fit WORKDIR/results.jsonl").startswith("a synopsis")
+  assert skip("chinchax sample --temperature 0", inline=True).startswith("an inline mention")
+  assert skip("chinchax ladder").startswith("long: a whole ladder")
+  assert runner.skip_reason(runner.words("chinchax ladder"), True, {}) is None
+  assert "Gutenberg" in skip("chinchax train --config.data.paths='../shared/corpora/g/*.txt'")

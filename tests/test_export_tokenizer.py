@@ -21,13 +21,27 @@ TEXT = ("def f(x):\n\treturn x  # naïve café, Zürich\r\n日本語のテキス
         "  end.<|endoftext|>next doc ½ ÿ\u0100")
 
 
-def _hf_ids(out, text):
+def _hf_ids(out, text, split: bool = True):
   """ids of ``text`` with the exported files, as transformers' PreTrainedTokenizerFast encodes:
-  tokenizer.json, ``split_special_tokens`` of tokenizer_config.json, no added tokens."""
+  tokenizer.json, ``split_special_tokens`` of tokenizer_config.json, no added tokens; with
+  ``split`` false, as the ``tokenizers`` library alone reads tokenizer.json."""
   tok = tk.Tokenizer.from_file(str(out / "tokenizer.json"))
-  tok.encode_special_tokens = json.loads((out / "tokenizer_config.json").read_text())[
-      "split_special_tokens"]
+  if split:
+    tok.encode_special_tokens = json.loads((out / "tokenizer_config.json").read_text())[
+        "split_special_tokens"]
   return tok.encode(text, add_special_tokens=False).ids
+
+
+def _transformers_ids(out, text):
+  """ids of ``text`` from transformers' AutoTokenizer on the export, or None without it."""
+  try:
+    import transformers
+  except ImportError:
+    return None
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  ids = tok(text)["input_ids"]
+  assert tok.decode(ids + [tok.eos_token_id], skip_special_tokens=True) == text
+  return ids
 
 
 @pytest.fixture
@@ -54,7 +68,10 @@ def test_an_interrupted_bpe_run_exports_its_own_tokenizer(interrupted_bpe_run, t
   for name in ("a", "b"):
     out = tmp_path / name
     assert cli.main(["export", str(run), "--out", str(out)]) == 0
-    assert (out / "tokenizer.json").read_text() == text
+    # The store's tokenizer, its special tokens kept in the model's vocabulary only.
+    got, want = json.loads((out / "tokenizer.json").read_text()), json.loads(text)
+    assert got["model"] == want["model"] and got["added_tokens"] == []
+    assert {t["content"]: t["id"] for t in want["added_tokens"]} == {"<|endoftext|>": 0}
     hf, gen = (json.loads((out / f).read_text()) for f in ("config.json", "generation_config.json"))
     assert hf["eos_token_id"] == hf["bos_token_id"] == gen["eos_token_id"] == gen["pad_token_id"] == 0
     info = json.loads((out / "export_info.json").read_text())["tokenizer"]
@@ -91,9 +108,13 @@ def test_bpe_export_matches_chinchax_for_hf(bpe_run, tmp_path):
   ours = tokenizers_lib.HFTokenizer.from_file(str(out / "tokenizer.json"), "<|endoftext|>")
   want = ours.encode(TEXT.encode("utf-8")).tolist()
   assert _hf_ids(out, TEXT) == want and 0 not in want  # EOS (id 0) only ever appended
-  # Without split_special_tokens the HF tokenizer would read the literal as EOS.
-  assert 0 in tk.Tokenizer.from_file(str(out / "tokenizer.json")).encode(
-      TEXT, add_special_tokens=False).ids
+  # The tokenizers library alone (no split_special_tokens) reads the literal as text too,
+  # and EOS keeps its id; transformers (where installed) agrees.
+  assert _hf_ids(out, TEXT, split=False) == want
+  loaded = tk.Tokenizer.from_file(str(out / "tokenizer.json"))
+  assert loaded.token_to_id("<|endoftext|>") == 0 and loaded.decode(want) == TEXT
+  assert ours.decode(want + [0]).decode("utf-8") == TEXT
+  assert _transformers_ids(out, TEXT) in (None, want)
 
 
 def test_byte_level_tokenizer_file_gives_chinchax_ids(tmp_path):
@@ -111,6 +132,7 @@ def test_byte_level_tokenizer_file_gives_chinchax_ids(tmp_path):
   data = TEXT.encode("utf-8")
   want = tokenizers_lib.ByteTokenizer().encode(data).tolist()
   assert len(want) == len(data) and _hf_ids(out, TEXT) == want
+  assert _hf_ids(out, TEXT, split=False) == want and _transformers_ids(out, TEXT) in (None, want)
   every_byte = bytes(range(256)).decode("latin-1")  # 256 characters, 384 UTF-8 bytes
   assert _hf_ids(out, every_byte) == list(every_byte.encode("utf-8"))
   loaded = tk.Tokenizer.from_file(str(out / "tokenizer.json"))

@@ -148,3 +148,22 @@ def test_special_tokens_inside_text_stay_text(tmp_path):
     assert tok.eos_id not in ids.tolist() and len(ids) > 3
     assert tok.decode(ids) == text
     assert tok.encode_batch([text])[0].tolist() == ids.tolist()
+
+
+def test_bpe_training_off_a_terminal_prints_lines_not_a_blank_bar(tmp_path):
+  """Written to a log (stderr not a terminal), BPE training reports in lines: what it read,
+  and the vocabulary it ended with; the trainer's bar (blank lines off a terminal) is off."""
+  import subprocess
+  import sys
+  (tmp_path / "texts.json").write_text(json.dumps(TEXTS))
+  code = ("import json, sys; from chinchax.data import tokenizers as t; "
+          "t.train_bpe(iter(json.load(open(sys.argv[1]))), 300, progress=True)")
+  log = tmp_path / "log"
+  with open(log, "w") as f:
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "texts.json")], stderr=f,
+                   check=True, cwd=REPO)
+  lines = log.read_text().splitlines()
+  assert lines and all(line.strip() for line in lines), lines
+  assert lines[-2].startswith(f"bpe: read all {len(TEXTS)} documents") and \
+      lines[-2].endswith("counting merges"), lines
+  assert lines[-1].startswith("bpe: 300 tokens in"), lines

@@ -14,7 +14,7 @@ error line (exit 2) before anything is written.
 
 Example:
   chinchax plan --flops 1e21 --law chinchilla-approach1
-  chinchax plan --hours 48 --hardware v5p-128 --write-config configs/planned.py
+  chinchax plan --hours 48 --hardware v5p-128 --write-config runs/planned.py
   chinchax plan --flops 1e21 --unique-tokens 2e10 --law chinchilla-approach3
 """
 
@@ -43,6 +43,10 @@ from chinchax.planning import recipe as recipe_lib
 from chinchax.planning import render
 from chinchax.planning.errors import PlanError
 
+
+# The vocabulary of a plan for accelerators when neither --vocab-size nor the law's recipe
+# names one: a 32k BPE (data.tokenizer=bpe), the size of Chinchilla's and Llama 2's vocabularies.
+ACCELERATOR_VOCAB_SIZE = 32768
 
 _NUMERIC_FLAGS = ("--flops", "--hours", "--dollars", "--vocab-size", "--seq-len", "--mfu",
                   "--bandwidth-efficiency", "--candidates", "--calibrate", "--unique-tokens")
@@ -87,8 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                       "al. 2023's published constants) and write data.unique_tokens=U with "
                       "data.allow_repeat=True (default: unlimited fresh data)")
   p.add_argument("--vocab-size", type=int, default=None,
-                 help="vocabulary size, tokens (default: the --law fit's tokenizer, else 257: "
-                      "chinchax's byte tokenizer)")
+                 help="vocabulary size, tokens (default: the --law fit's tokenizer; for an "
+                      "accelerator --hardware 32,768, a BPE; else 257: chinchax's byte "
+                      "tokenizer)")
   p.add_argument("--seq-len", type=int, default=None,
                  help=f"tokens per sequence (default: the --law fit's, else "
                       f"{planner.DEFAULT_SEQ_LEN_ACCELERATOR} on accelerators, "
@@ -176,12 +181,16 @@ def run(args: argparse.Namespace) -> planner.Plan:
         plain=law if isinstance(law, laws_parametric.ParametricLaw) else rlaw.base)
     law = laws_repeat.DataLimitedLaw(rlaw, unique)
   rec, rec_note = recipe_lib.law_recipe(args.law)
-  vocab = args.vocab_size or recipe_lib.vocab_size(rec) or law_units.BYTES_VOCAB_SIZE
-  seq_len = args.seq_len or recipe_lib.seq_len(rec)
   hw = None
   if args.hardware:
     table = hardware_lib.load_accelerators(args.hardware_table)
-    hw = hardware_lib.parse_hardware(args.hardware, table)
+    hw = hardware_lib.measured_cpu(hardware_lib.parse_hardware(args.hardware, table))
+  # An accelerator trains a real vocabulary unless told: bytes are the CPU ladder's tokens.
+  chosen_bpe = (args.vocab_size is None and recipe_lib.vocab_size(rec) is None
+                and hw is not None and hw.is_accelerator)
+  vocab = (args.vocab_size or recipe_lib.vocab_size(rec)
+           or (ACCELERATOR_VOCAB_SIZE if chosen_bpe else law_units.BYTES_VOCAB_SIZE))
+  seq_len = args.seq_len or recipe_lib.seq_len(rec)
   model = None
   if args.step_time_model:
     if hw is None:
@@ -222,6 +231,8 @@ def run(args: argparse.Namespace) -> planner.Plan:
     if rec is not None:
       recipe_lib.attach(plan, rec, seq_len=args.seq_len, vocab=args.vocab_size)
   plan.data_limit = data_limit
+  if chosen_bpe:
+    plan.tokenizer = {"tokenizer": "bpe", "bpe_vocab_size": ACCELERATOR_VOCAB_SIZE}
   return _finish(plan, rec, rec_note, vocab, overrides)
 
 

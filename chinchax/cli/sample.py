@@ -9,8 +9,8 @@ the softmax of logits/T, cut to the --top-k most likely and then to the --top-p 
 likely probability mass. A trials run samples its best trial (--trial K another).
 A line of timings goes to stderr.
 
-Example:
-  chinchax sample runs/gutenberg --prompt "It was a dark and stormy night" --max-new-tokens 64 --top-p 0.9
+Example (the README's `chinchax train`: bytes of Python source, seq_len 128):
+  chinchax sample runs/default --prompt "def __init__(self" --max-new-tokens 96 --top-p 0.9
 """
 
 from __future__ import annotations

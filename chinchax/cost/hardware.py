@@ -22,8 +22,11 @@ PCIe"``, ``"TPU v5 lite"``) is matched to its table entry by
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
+import os
 import pathlib
+import platform
 import re
 
 from chinchax import errors
@@ -244,6 +247,53 @@ def match_accelerator(device_kind: str, backend: str,
       if name in kind and len(name) > best_len:
         best, best_len = acc, len(name)
   return best
+
+
+def cpu_flops_cache() -> pathlib.Path:
+  """``$XDG_CACHE_HOME/chinchax/cpu_peak_flops.json`` (default ``~/.cache``): the host's measured
+  float32 matmul peak per device layout (``chinchax.train.mfu.host_cpu_flops`` writes it)."""
+  root = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+  return pathlib.Path(os.path.expanduser(root)) / "chinchax" / "cpu_peak_flops.json"
+
+
+def usable_cores() -> int:
+  """The CPU cores this process may run on (its affinity; all of them where that is unknown)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError):
+    return os.cpu_count() or 1
+
+
+def cpu_flops_key(jax_version: str, n_devices: int) -> str:
+  """The key of one device layout in :func:`cpu_flops_cache`: host, CPU, cores it may use, JAX
+  version and local device count; its value is the float32 matmul FLOP/s all of that layout's
+  devices reach together."""
+  return (f"{platform.node()}|{platform.processor() or platform.machine()}|{os.cpu_count()} "
+          f"cores|{usable_cores()} usable|jax {jax_version}|{n_devices} devices|all at once")
+
+
+def measured_cpu(hw: Hardware) -> Hardware:
+  """``hw`` with this host's measured peak where ``hw`` is ``cpu``/``cpuxK`` and the cache
+  (:func:`cpu_flops_cache`) holds a measurement of K devices with the installed JAX (the best
+  of its calibrations, divided among the K devices); else ``hw`` unchanged (the table's
+  nominal CPU). Reads a file and the installed JAX's version; starts no JAX."""
+  if hw.accelerator.kind != "cpu":
+    return hw
+  try:
+    version = importlib.metadata.version("jax")
+    table = json.loads(cpu_flops_cache().read_text())
+  except (importlib.metadata.PackageNotFoundError, OSError, ValueError):
+    return hw
+  entry = table.get(cpu_flops_key(version, hw.n_devices)) if isinstance(table, dict) else None
+  best = entry.get("best") if isinstance(entry, dict) else entry
+  if not isinstance(best, (int, float)) or best <= 0:
+    return hw
+  n = entry.get("measurements", 1) if isinstance(entry, dict) else 1
+  acc = dataclasses.replace(
+      hw.accelerator, peak_flops=float(best) / hw.n_devices,
+      display_name=f"host CPU (measured: best of {n} float32 matmul calibrations)",
+      spec_source=f"{cpu_flops_cache()}, {hw.n_devices} devices, jax {version}")
+  return dataclasses.replace(hw, accelerator=acc)
 
 
 def device_peak_flops(device_kind: str, backend: str,

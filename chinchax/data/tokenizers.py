@@ -33,6 +33,8 @@ import json
 import os
 import pathlib
 import re
+import sys
+import time
 from typing import Iterable
 
 import numpy as np
@@ -299,8 +301,11 @@ class HFTokenizer:
             for a in out]
 
   def decode(self, ids) -> bytes:
-    """ids → UTF-8 bytes; special tokens (EOS) are dropped."""
-    ids = [int(i) for i in np.asarray(ids).ravel()]
+    """ids → UTF-8 bytes; special tokens (EOS, and the tokens added around a text) are dropped,
+    also where the tokenizer.json holds them in its model's vocabulary rather than as special
+    added tokens (an exported one: :mod:`chinchax.export.tokenizer_files`)."""
+    drop = {self.eos_id, *self.prefix_ids, *self.suffix_ids}
+    ids = [int(i) for i in np.asarray(ids).ravel() if int(i) not in drop]
     return self._tok.decode(ids, skip_special_tokens=True).encode("utf-8")
 
   def describe(self) -> dict:
@@ -341,8 +346,27 @@ class BPESpec:
     self.dtype = ids_dtype(self.vocab_size)
 
 
+PROGRESS_EVERY_S = 10.0  # seconds between BPE progress lines off a terminal
+
+
+def _reported(texts: Iterable[str], say, every_s: float = PROGRESS_EVERY_S):
+  """``texts``, saying every ``every_s`` seconds how many documents and MB were read, and once
+  all are read that the merges are being counted."""
+  start = last = time.monotonic()
+  docs = size = 0
+  for text in texts:
+    yield text
+    docs, size = docs + 1, size + len(text)
+    now = time.monotonic()
+    if now - last >= every_s:
+      say(f"bpe: read {docs:,} documents ({size / 1e6:.1f} MB of text) in {now - start:.0f} s")
+      last = now
+  say(f"bpe: read all {docs:,} documents ({size / 1e6:.1f} MB of text) in "
+      f"{time.monotonic() - start:.0f} s; counting merges")
+
+
 def train_bpe(texts: Iterable[str], vocab_size: int, *, progress: bool = False,
-              length: int | None = None) -> HFTokenizer:
+              length: int | None = None, say=None) -> HFTokenizer:
   """Trains a byte-level BPE with HF ``tokenizers`` (deterministic for a given text order).
 
   Pre-tokenisation is GPT-2's byte-level regex split without an added prefix
@@ -352,17 +376,26 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *, progress: bool = False,
   Args:
     texts: the training documents.
     vocab_size: target number of ids (≥ 258).
-    progress: show the trainer's progress bar.
+    progress: report progress: the trainer's progress bar on a terminal (stderr); elsewhere
+      (a log file, a pipe), where that bar writes only blank lines, one line every
+      :data:`PROGRESS_EVERY_S` seconds of reading and one when training ends, through ``say``.
     length: number of texts, for the progress bar.
+    say: prints one progress line (default: to stderr).
   """
   tokenizers = _hf()
   tok = tokenizers.Tokenizer(tokenizers.models.BPE())
   tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
   tok.decoder = tokenizers.decoders.ByteLevel()
+  bar = progress and sys.stderr.isatty()
+  say = say or (lambda line: print(line, file=sys.stderr, flush=True))
   trainer = tokenizers.trainers.BpeTrainer(
-      vocab_size=vocab_size, special_tokens=[BPE_EOS], show_progress=progress,
+      vocab_size=vocab_size, special_tokens=[BPE_EOS], show_progress=bar,
       initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(texts, trainer, length=length)
+  start = time.monotonic()
+  tok.train_from_iterator(_reported(texts, say) if progress and not bar else texts, trainer,
+                          length=length)
+  if progress and not bar:
+    say(f"bpe: {tok.get_vocab_size():,} tokens in {time.monotonic() - start:.0f} s")
   return HFTokenizer(tok, name=f"bpe{vocab_size}", kind="bpe", eos_token=BPE_EOS)
 
 

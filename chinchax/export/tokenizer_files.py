@@ -15,10 +15,15 @@ without merges over GPT-2's 256 byte symbols after a byte-level pre-tokenizer, s
 is byte b (0–255), and ``<|endoftext|>`` = 256 is EOS — chinchax's own ids.
 
 **Special tokens inside text are text**, in chinchax and in the export alike: a literal
-``<|endoftext|>`` in a document or prompt is encoded as its characters (chinchax sets
-``encode_special_tokens``; the export's tokenizer_config.json sets
-``split_special_tokens: true``, which transformers passes to the same setting).
-EOS is only ever the id the trainer appends after each document.
+``<|endoftext|>`` in a document or prompt is encoded as its characters, with transformers and
+with the ``tokenizers`` library alone. chinchax sets ``encode_special_tokens``, a runtime setting
+that tokenizer.json cannot hold; so the exported tokenizer.json lists no special token among its
+``added_tokens`` (the part of the file matched in text before the model runs): each keeps its id
+in the model's vocabulary (:func:`special_tokens_as_text`), where the model never assembles it
+from characters, and decodes to its text. tokenizer_config.json names EOS (and BOS), which
+transformers adds back as special tokens of the same ids, with ``split_special_tokens: true``,
+so its ``skip_special_tokens`` drops them; the ``tokenizers`` library alone keeps EOS's text in
+a decode. EOS is only ever the id the trainer appends after each document.
 
 **BOS.** A tokenizer whose post-processor adds one token before each text (a Llama template,
 ``<s> $A``) has that token as its BOS, and chinchax keeps it in training and sampling
@@ -115,7 +120,36 @@ def byte_level_json() -> str:
   tok.add_special_tokens([tk.AddedToken(BYTES_EOS, special=True, normalized=False)])
   if tok.token_to_id(BYTES_EOS) != tokenizers_lib.ByteTokenizer.eos_id:
     raise AssertionError(f"byte-level EOS got id {tok.token_to_id(BYTES_EOS)}, not 256")
-  return tok.to_str()
+  return special_tokens_as_text(tok.to_str())
+
+
+def special_tokens_as_text(tokenizer_json: str) -> str:
+  """tokenizer.json with its special added tokens moved into the model's vocabulary, so that
+  ``tokenizers.Tokenizer.from_file`` reads their literal text inside a text as text (see the
+  module docstring); ids, encodings of text, decodes and the post-processor are unchanged.
+
+  A special token the model's vocabulary (a ``{token: id}`` map: BPE, WordPiece, WordLevel)
+  already holds at the same id is only dropped from ``added_tokens``; one it lacks is added at
+  its id. Non-special added tokens stay (they are words of the vocabulary, matched in text by
+  every library), and so does every added token of a model whose vocabulary is a list
+  (Unigram: its ids are positions). Applying it twice gives the same text.
+  """
+  j = json.loads(tokenizer_json)
+  vocab = (j.get("model") or {}).get("vocab")
+  if not isinstance(vocab, dict):
+    return tokenizer_json
+  kept, moved = [], False
+  for t in j.get("added_tokens") or []:
+    have = vocab.get(t["content"])
+    if not t.get("special") or (have is not None and have != t["id"]):
+      kept.append(t)
+      continue
+    vocab[t["content"]] = t["id"]
+    moved = True
+  if not moved:
+    return tokenizer_json
+  j["added_tokens"] = kept
+  return json.dumps(j, ensure_ascii=False)
 
 
 def tokenizer_config(eos_token: str, bos_token: str | None = None) -> dict:
@@ -215,5 +249,5 @@ def for_tokenizer(tok, origin: str) -> ExportTokenizer:
                  if tok.bos_id is not None else
                  f"none of its own: BOS is named as EOS {tok.eos_token} (id {tok.eos_id}), "
                  f"and nothing is added before a text")
-  return ExportTokenizer(tok, tok.to_json(), tok.eos_token, tok.eos_id,
+  return ExportTokenizer(tok, special_tokens_as_text(tok.to_json()), tok.eos_token, tok.eos_id,
                          {**info, "found_at": origin})

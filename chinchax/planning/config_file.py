@@ -61,6 +61,8 @@ def _settings(plan: Plan) -> tuple[dict[str, dict], int, str]:
     sections["mesh"] = dict(plan.layout["mesh"])
     if "microbatches" in plan.layout:
       sections["train"]["microbatches"] = plan.layout["microbatches"]
+  if plan.tokenizer:  # a vocabulary the plan chose (an accelerator's 32k BPE)
+    sections["data"] = dict(plan.tokenizer)
   recipe = plan.recipe or {}
   for name, values in (recipe.get("settings") or {}).items():  # the law's recipe (planning.recipe)
     sections.setdefault(name, {}).update(values)
@@ -144,18 +146,19 @@ def get_config(variant=None):
 
 
 def check_config_path(path: str | os.PathLike, overwrite: bool = False) -> pathlib.Path:
-  """The ``--write-config`` path, checked: an existing, writable directory, a ``.py`` name, and
-  no file there already unless ``overwrite``.
+  """The ``--write-config`` path, checked: a ``.py`` name in a writable directory (or one
+  :func:`write_config` can create: its nearest existing parent is a writable directory, so
+  ``runs/planned.py`` works on a fresh clone), and no file there already unless ``overwrite``.
 
   Raises:
-    PlanError: the directory does not exist or is not writable, the name is not ``.py``, or a
-      file exists at ``path`` and ``overwrite`` is False.
+    PlanError: a parent is a file or not writable, the name is not ``.py``, or a file exists
+      at ``path`` and ``overwrite`` is False.
   """
   path = pathlib.Path(path)
-  if not path.parent.exists() or not path.parent.is_dir():
-    raise PlanError(f"cannot write config {str(path)!r}: directory {str(path.parent)!r} does not "
-                    f"exist")
-  paths_lib.check_writable_dir(path.parent, "--write-config directory")
+  existing = next(p for p in (path.parent, *path.parent.parents) if p.exists() or p == p.parent)
+  if not existing.is_dir():
+    raise PlanError(f"cannot write config {str(path)!r}: {str(existing)!r} is not a directory")
+  paths_lib.check_writable_dir(existing, "--write-config directory")
   if path.suffix != ".py":
     raise PlanError(f"config path {str(path)!r} must end in .py (an ml_collections config file)")
   if path.exists() and not overwrite:
@@ -170,7 +173,7 @@ def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None
 
   Args:
     plan: the planned run.
-    path: the ``.py`` file to write (its directory must exist).
+    path: the ``.py`` file to write (missing directories are made, after the checks).
     workdir: the run's workdir (default :func:`default_workdir`).
     n_devices: devices the config is validated for (default 1).
     overwrite: replace a file already at ``path`` (default: refuse).
@@ -193,6 +196,7 @@ def write_config(plan: Plan, path: str | os.PathLike, workdir: str | None = None
   except sources_lib.DataError as e:
     raise PlanError(f"--unique-tokens {config.data.unique_tokens:,} cannot train the plan "
                     f"(chinchax train would refuse the config): {e}") from None
+  path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(path.name + ".tmp")
   tmp.write_text(config_source(plan, workdir))
   tmp.replace(path)

@@ -60,8 +60,8 @@ def judge(plan: planner.Plan, plan_units: law_units.LossUnits) -> None:
     note = f"the plan trains the law's tokens ({units.describe()})"
   else:
     note = (f"the law's loss is in {units.describe()}; this plan trains "
-            f"{plan_units.label or plan_units.tokenizer}, so the loss does not transfer and no "
-            f"predicted loss is given")
+            f"{plan_units.label or plan_units.tokenizer}, so it does not transfer: any loss "
+            f"shown is the law's, in its units (it ranks shapes), not this plan's predicted loss")
   info["note"] = note
   plan.loss_units = info
   if not transfers or impossible:

@@ -103,6 +103,8 @@ class Plan:
       lines saying where the plan leaves it}; None for a law without one.
     loss_units: what the loss figures are in and whether the law's loss transfers to the
       plan's tokenizer (``chinchax.planning.loss_units``); None until judged.
+    tokenizer: the data settings the written config gets for a vocabulary the plan chose
+      itself ({"tokenizer": "bpe", "bpe_vocab_size": V} on an accelerator), else None.
     data_limit: ``--unique-tokens``: the data-constrained optimum beside the unconstrained
       one (``chinchax.planning.constrained.data_limited``); None without a limit.
   """
@@ -130,6 +132,7 @@ class Plan:
   recipe: dict | None = None
   loss_units: dict | None = None
   data_limit: dict | None = None
+  tokenizer: dict | None = None
 
   @property
   def N(self) -> int:
@@ -192,7 +195,7 @@ class Plan:
         "dollar_curve": self.dollar_curve, "warnings": list(self.warnings),
         "startup_s": self.startup_s, "calibration": self.calibration,
         "calibration_factor": self.calibration_factor,
-        "recipe": self.recipe, "loss_units": self.loss_units, "data_limit": self.data_limit,
+        "recipe": self.recipe, "loss_units": self.loss_units, "data_limit": self.data_limit, "tokenizer": self.tokenizer,
     }
     return out
 

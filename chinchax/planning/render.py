@@ -63,6 +63,10 @@ def format_plan(plan: Plan) -> str:
   lines.append(f"                 N {_fmt_int(plan.N)} params (non-embedding "
                f"{_fmt_int(plan.chosen.non_embedding)}), aspect d_model/n_layers "
                f"{plan.chosen.aspect_ratio:.0f}")
+  if plan.tokenizer:
+    lines.append(f"  vocabulary     a {plan.tokenizer['bpe_vocab_size']:,}-token BPE "
+                 f"(data.tokenizer=bpe), an accelerator plan's default; --vocab-size 257 plans "
+                 f"bytes")
   lines.append(f"  training       global_batch_size {b.global_batch_size} × seq_len {b.seq_len} = "
                f"{_fmt_int(b.tokens_per_step)} tokens/step, {_fmt_int(b.steps)} steps, "
                f"D {_fmt_int(plan.D)} tokens ({plan.D / plan.N:.1f} tokens/param)")

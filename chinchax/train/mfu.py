@@ -36,10 +36,7 @@ def peak_flops(config, n_devices: int) -> tuple[float, str]:
   return float("nan"), f"unknown device {kind!r}; set train.peak_flops_per_device"
 
 
-def cpu_flops_cache() -> pathlib.Path:
-  """``$XDG_CACHE_HOME/chinchax/cpu_peak_flops.json`` (default ``~/.cache``)."""
-  root = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-  return pathlib.Path(os.path.expanduser(root)) / "chinchax" / "cpu_peak_flops.json"
+cpu_flops_cache = hardware_lib.cpu_flops_cache
 
 
 CALIBRATIONS = 3  # a host's peak is measured this many times (across runs), the best kept
@@ -50,9 +47,7 @@ def _cache_key() -> str:
   """The cache key of this process's device layout: host, CPU, cores it may use, JAX version
   and local device count. Every key's value means the same thing: the float32 matmul FLOP/s
   that all of that layout's devices reach together (:func:`calibrate_cpu_flops`)."""
-  return (f"{platform.node()}|{platform.processor() or platform.machine()}|{os.cpu_count()} "
-          f"cores|{usable_cores()} usable|jax {jax.__version__}|{jax.local_device_count()} "
-          f"devices|all at once")
+  return hardware_lib.cpu_flops_key(jax.__version__, jax.local_device_count())
 
 
 def _read_cache(path: pathlib.Path) -> dict:
@@ -128,12 +123,7 @@ def checked_peak(achieved: float, peak: float, source: str) -> tuple[float, str]
           f"{CPU_SOURCE} (re-measured: a run went faster than the cached {peak:.3g} FLOP/s)")
 
 
-def usable_cores() -> int:
-  """The CPU cores this process may run on (its affinity; all of them where that is unknown)."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except (AttributeError, OSError):
-    return os.cpu_count() or 1
+usable_cores = hardware_lib.usable_cores
 
 
 def calibrate_cpu_flops(n: int = 1024, repeats: int = 5) -> float:
