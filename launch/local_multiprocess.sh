@@ -61,10 +61,13 @@ for ((i = 0; i < processes; i++)); do
        "--config.distributed.coordinator_address=127.0.0.1:${port}"
        "--config.distributed.num_processes=${processes}"
        "--config.distributed.process_id=${i}")
+  # gloo prints "[Gloo] Rank r is connected to p peer ranks..." on stdout for every collective
+  # group it sets up (a dozen lines per process); they are dropped, the rest passes line by line.
   if [[ -n "$log_dir" ]]; then
-    XLA_FLAGS="" JAX_PLATFORMS=cpu "${cmd[@]}" >"${log_dir}/process_${i}.log" 2>&1 &
+    XLA_FLAGS="" JAX_PLATFORMS=cpu "${cmd[@]}" \
+      > >(grep --line-buffered -v '^\[Gloo\] Rank ' >"${log_dir}/process_${i}.log") 2>&1 &
   else
-    XLA_FLAGS="" JAX_PLATFORMS=cpu "${cmd[@]}" &
+    XLA_FLAGS="" JAX_PLATFORMS=cpu "${cmd[@]}" > >(grep --line-buffered -v '^\[Gloo\] Rank ') &
   fi
   pids+=("$!")
 done
@@ -89,4 +92,5 @@ while ((remaining > 0)); do
   done
   ((remaining > 0)) && sleep 0.2
 done
+wait 2>/dev/null || true  # the output filters' last lines, before the caller reads the logs
 exit "$status"
