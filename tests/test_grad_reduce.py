@@ -151,7 +151,7 @@ def test_grad_reduce_auto_and_its_memory():
   kw = dict(mesh={"data": 1, "fsdp": 16, "tensor": 1}, remat="full", microbatches=4)
   per_mb = work.mesh_memory_per_device(shape, 256, **kw)
   per_step = work.mesh_memory_per_device(shape, 256, grad_reduce="step", **kw)
-  assert per_step.accumulation == 4 * n and per_mb.accumulation == 4 * n / 16
+  assert per_step.accumulation == 8 * n and per_mb.accumulation == 4 * n / 16
   assert per_step.gathered_weights == 2 * n  # all the bf16 weights, gathered once per step
   with pytest.raises(config_lib.ConfigError, match="train.grad_reduce"):
     _program(_config((8, 1, 1), 2, "sometimes"))

@@ -23,9 +23,7 @@ An asynchronous collective counts once, with the bytes of its result:
   (ending in the ``AsyncCollectiveStart`` / ``AsyncCollectiveDone`` custom-calls).
 
 So within one run of a computation (a loop body, a branch, the entry; the fusions and
-async wrappers it calls share it) a ``channel_id`` held by fusions and async wrappers is
-counted once. Plain collectives of the computation itself each count, even two under one
-``channel_id`` (XLA:CPU gives every all-reduce of a ``shard_map`` the same one).
+async wrappers it calls share it) a ``channel_id`` is counted once.
 
 Bytes per collective (``size`` = the op's result bytes, ``g`` = its group size):
 
@@ -266,9 +264,7 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
       to_dcn(kind, size, _dcn_wire(kind, size, g, s), m)
 
   def first(rest: str, seen: set) -> bool:
-    """False for a collective whose channel was already counted in this scope (among the
-    copies that fusions and async wrappers hold; two plain collectives may share a channel
-    id, as XLA:CPU prints them, and each counts)."""
+    """False for a collective whose channel was already counted in this scope."""
     ch = _CHANNEL.search(rest)
     if ch is None:
       return True
@@ -277,8 +273,7 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
     seen.add(ch.group(1))
     return True
 
-  def visit(comp: str, m: float, depth: int = 0, seen: set | None = None,
-            wrapped: bool = False) -> None:
+  def visit(comp: str, m: float, depth: int = 0, seen: set | None = None) -> None:
     nonlocal unknown
     if depth > 64 or comp not in comps or comp in skip:
       return
@@ -302,7 +297,7 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
         _add(kind, shape_bytes(shape), g, m)
         crossing(kind, shape_bytes(shape), attrs, g, m)
         continue
-      if kind is not None and (not wrapped or first(rest, seen)):
+      if kind is not None and first(rest, seen):
         size = _result_bytes(op, shape, rest)
         _add(kind, size, group_size(rest, n_devices), m)
         crossing(kind, size, rest, group_size(rest, n_devices), m)
@@ -323,7 +318,7 @@ def collectives(text: str, n_devices: int, slice_of: list[int] | None = None,
             unknown += 1
           visit(c, m * (trips or 1), depth + 1)
         elif attr == "calls" and op != "call":  # a fusion or an async wrapper: same scope
-          visit(c, m, depth + 1, seen, True)
+          visit(c, m, depth + 1, seen)
         elif attr != "condition":
           visit(c, m, depth + 1)
 

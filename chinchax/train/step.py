@@ -72,8 +72,8 @@ def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chun
                   reduction per step whatever M, in the dtype the unsplit step reduces in
                   (bytes independent of M). On fsdp the weights are gathered once per step
                   in the compute dtype (not per microbatch and layer) and the accumulator is
-                  a full float32 gradient per device: 4 + 2 bytes per parameter over tensor
-                  under bfloat16 beside the sharded state
+                  a full float32 gradient per device (held twice by the scan): 8 + 2 bytes
+                  per parameter over tensor under bfloat16 beside the sharded state
                   (``chinchax.cost.work.mesh_memory_per_device``).
   Under float32 compute both are the same sums up to float32 round-off (the order of the
   additions); under bfloat16 "step" rounds each shard's float32 sum of its microbatches to
