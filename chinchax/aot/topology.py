@@ -21,7 +21,8 @@ fails ("multi-process lockfile") — unless ``ALLOW_MULTIPLE_LIBTPU_LOAD`` is se
 ``~/.cache/chinchax/libtpu.lock`` before its first TPU description and keeps it
 until it exits, then waits for any other holder of libtpu's own lock (another
 user's compile, a training job): a second ``chinchax compile`` waits its turn
-(up to :data:`LOCK_TIMEOUT_S`) instead of failing. With the variable set neither
+(up to :data:`LOCK_TIMEOUT_S`, ``CHINCHAX_LIBTPU_LOCK_TIMEOUT_S``, 900 s by default)
+instead of failing. With the variable set neither
 lock is taken or waited for: compiles run side by side, as libtpu allows them.
 """
 
@@ -45,7 +46,7 @@ TPU_2D = ("v5e", "v6e")
 TPU_3D = ("v4", "v5p")
 MAX_2D_CHIPS = 256
 LOCK_PATH = pathlib.Path(os.path.expanduser("~/.cache/chinchax/libtpu.lock"))
-LOCK_TIMEOUT_S = 900.0
+LOCK_TIMEOUT_S = float(os.environ.get("CHINCHAX_LIBTPU_LOCK_TIMEOUT_S", "900"))
 _lock_file = None  # held for the life of the process once libtpu is in use
 # libtpu's own lock: a POSIX (fcntl) write lock its process holds for as long as it lives.
 LIBTPU_LOCKFILE = pathlib.Path("/tmp/libtpu_lockfile")
@@ -293,17 +294,23 @@ def libtpu_lock_message(path: pathlib.Path = LIBTPU_LOCKFILE, locks: str | None 
 
 
 def warn_if_locked() -> None:
-  """Says so when another process holds the libtpu lock (a child compile will wait for it)."""
-  if multiple_loads_allowed() or not LOCK_PATH.exists():
+  """Says so when another process holds chinchax's or libtpu's lock (a child compile, whose
+  own lines are not shown, will wait for it); nothing when libtpu allows several processes."""
+  if multiple_loads_allowed():
     return
-  with open(LOCK_PATH, "a+") as f:
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      console.warn(f"another process compiles for TPU ({LOCK_PATH} is held); this compile "
-                   f"waits for it (up to {LOCK_TIMEOUT_S:.0f} s)")
-    else:
+  if LOCK_PATH.exists():
+    with open(LOCK_PATH, "a+") as f:
+      try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        console.warn(f"another process compiles for TPU ({LOCK_PATH} is held); this compile "
+                     f"waits for it (up to {LOCK_TIMEOUT_S:.0f} s)")
+        return
       fcntl.flock(f, fcntl.LOCK_UN)
+  held = libtpu_lock_message()
+  if held:
+    console.warn(f"{held.split('; wait for it')[0]}; this compile waits for it (up to "
+                 f"{LOCK_TIMEOUT_S:.0f} s)")
 
 
 def libtpu_available() -> bool:
