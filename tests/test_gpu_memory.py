@@ -14,7 +14,8 @@ from chinchax.cost import work
 def test_gpu_keeps_the_elementwise_residuals_without_remat_only():
   shape = budget.ModelShape(vocab_size=256, d_model=64, n_layers=2, n_heads=4, d_ff=160,
                             seq_len=32)
-  gpu, tpu = work.ExecutionProfile.for_kind("gpu"), work.ExecutionProfile.for_kind("tpu")
+  gpu = work.ExecutionProfile.for_kind("gpu", scanned=True)
+  tpu = work.ExecutionProfile.for_kind("tpu", scanned=True)
   mesh = {"data": 1, "fsdp": 8, "tensor": 1}
   tokens = 16 * 32 / 8
   # bf16 forward tensors of one layer (flash attention: no probabilities)
@@ -28,6 +29,7 @@ def test_gpu_keeps_the_elementwise_residuals_without_remat_only():
                 shape, 16, mesh=mesh, remat=remat,
                 profile=work.ExecutionProfile(2, False, True, logits_bytes=8)).activations)
   assert not tpu.elementwise_residuals
+  assert not work.ExecutionProfile.for_kind("gpu").elementwise_residuals  # a Python loop's
 
 
 @pytest.mark.skipif(not topology.cuda_plugin_available(),

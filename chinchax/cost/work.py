@@ -47,12 +47,13 @@ class ExecutionProfile:
   elementwise_residuals: bool = False
 
   @staticmethod
-  def for_kind(kind: str) -> "ExecutionProfile":
-    """chinchax's defaults: CPU float32 + xla attention; GPU bf16 + cuDNN; TPU bf16 + xla."""
+  def for_kind(kind: str, scanned: bool = False) -> "ExecutionProfile":
+    """chinchax's defaults: CPU float32 + xla attention; GPU bf16 + cuDNN; TPU bf16 + xla;
+    ``scanned``: the layers run by ``nnx.scan`` (``model.scan_layers``)."""
     if kind == "cpu":
       return ExecutionProfile(4, True, False)
     if kind == "gpu":
-      return ExecutionProfile(2, False, True, logits_bytes=8, elementwise_residuals=True)
+      return ExecutionProfile(2, False, True, logits_bytes=8, elementwise_residuals=scanned)
     return ExecutionProfile(2, True, False)
 
   @staticmethod
