@@ -1,6 +1,7 @@
-"""`chinchax compile` while another process holds libtpu's lock (/tmp/libtpu_lockfile): one
-line naming the holder (its id and command line) and what to do, never libtpu's advice to delete
-a live process's lock. The holder is a real second process with a POSIX lock on the file; the
+"""`chinchax compile` while another process holds libtpu's lock (/tmp/libtpu_lockfile): it
+waits its turn, saying whom for, and past CHINCHAX_LIBTPU_LOCK_TIMEOUT_S one line naming the
+holder (its id and command line) and what to do, never libtpu's advice to delete a live
+process's lock. The holder is a real second process with a POSIX lock on the file; the
 end-to-end test runs in a private /tmp (a mount namespace) so other processes on the host keep
 theirs."""
 
@@ -59,7 +60,8 @@ def test_compile_while_another_process_holds_libtpus_lock_names_it():
   inner = (f"mount -t tmpfs tmpfs /tmp || exit 99; "
            f"{sys.executable} {script} /tmp/libtpu_lockfile 300 > {work}/held & holder=$!; "
            f"while ! grep -q held {work}/held 2>/dev/null; do sleep 0.1; done; "
-           f"HOME={work} JAX_PLATFORMS=cpu {sys.executable} -m chinchax.cli compile --topology v5e-8 "
+           f"HOME={work} JAX_PLATFORMS=cpu CHINCHAX_LIBTPU_LOCK_TIMEOUT_S=3 "
+           f"{sys.executable} -m chinchax.cli compile --topology v5e-8 "
            f"--no-cache --config {REPO}/configs/train.py:tiny; status=$?; "
            f"kill $holder; exit $status")
   try:  # HOME: chinchax's own per-user lock is private too (no wait for other compiles)
@@ -72,4 +74,6 @@ def test_compile_while_another_process_holds_libtpus_lock_names_it():
   errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
   assert r.returncode == 2 and len(errors) == 1, r.stderr[-3000:]
   assert "holds its lock /tmp/libtpu_lockfile" in errors[0] and str(script) in errors[0]
+  assert "waited 3 s" in errors[0] and "ALLOW_MULTIPLE_LIBTPU_LOAD=1" in errors[0]
+  assert "this compile waits for it" in r.stderr  # said before the wait
   assert "sudo rm" not in r.stderr, r.stderr[-3000:]

@@ -143,3 +143,22 @@ def test_compile_ladder_lists_every_distinct_program_with_the_planners_layout():
   assert [p.key for p in unset] == [p.key for p in progs]
   with pytest.raises(topology_lib.AotError, match="h100x8"):
     ladder_run.ladder_programs(_pod(hardware="h100x8"), topology_lib.parse_target("v5e-4"))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--config.ladder.hardware=v9z-8", "--topology", "v5e-8"], ["v9z-8", "v5e", "h100"]),
+    (["--config.ladder.hardware=v5e-1", "--config.ladder.c_max=3e19", "--topology", "v5e-1"],
+     ["does not fit v5e-1", "remat=full", "ladder.hardware with 2 TPU v5e", "ladder.c_max <="]),
+    (["--config.ladder.hardware=v5e-8", "--config.ladder.c_min=1e9", "--config.ladder.c_max=1e17",
+      "--topology", "v5e-8"], ["ladder.c_min=1e+09", "ladder.c_min >="]),
+])
+def test_compile_ladder_bad_input_is_one_error_line_before_any_compile(args, words, tmp_path):
+  """compile --ladder refuses what the dry run refuses, before a single program is compiled
+  (no compile cache written under HOME)."""
+  r = subprocess.run([sys.executable, "-m", "chinchax.cli", "compile", "--ladder", "--no-eval",
+                      "--config", "configs/ladder.py:pod", *args], cwd=REPO, capture_output=True,
+                     text=True, timeout=300, env=dict(os.environ, HOME=str(tmp_path)))
+  assert r.returncode == 2, r.stderr
+  err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+  assert len(err) == 1 and all(w in err[0] for w in words), r.stderr
+  assert "Traceback" not in r.stderr and not (tmp_path / ".cache" / "chinchax" / "aot").exists()

@@ -9,7 +9,8 @@ parent never loads libtpu, which one process at a time may hold.
 Reads one JSON object on stdin — {"config": the run config as JSON, "target":
 spec, "num_slices": K, "eval_step": bool} — and writes the report of
 ``chinchax.aot.report.summarize`` as JSON on stdout. A UserError is written as
-{"user_error": message} (exit status 2).
+{"user_error": message} (exit status 2); libtpu taken by another process as this
+one started it, as {"libtpu_busy": message} (the parent runs the compile again).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main() -> int:
     config = config_from_json(request["config"])
     run = program_lib.compile_run(config, target, eval_step=request["eval_step"])
     rep = report_lib.summarize(run)
+  except topology_lib.LibtpuBusy as e:
+    print(json.dumps({"libtpu_busy": str(e)}))
+    return errors.USER_ERROR_EXIT_CODE
   except errors.UserError as e:
     print(json.dumps({"user_error": str(e)}))
     return errors.USER_ERROR_EXIT_CODE

@@ -76,17 +76,20 @@ def compile_isolated(config, target: Target, *, eval_step: bool = True) -> dict:
   request = json.dumps({"config": config.to_json_best_effort(), "target": target.spec,
                         "num_slices": target.num_slices, "eval_step": eval_step})
   start = time.perf_counter()
-  try:
-    proc = subprocess.run([sys.executable, "-m", "chinchax.aot.child"], input=request,
-                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-  except subprocess.TimeoutExpired:
-    return _failed(config, target, spec, f"the compile ran past {CHILD_TIMEOUT_S:.0f} s",
-                   time.perf_counter() - start)
-  last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-  try:
-    out = json.loads(last) if last else None
-  except json.JSONDecodeError:
-    out = None
+  while True:
+    try:
+      proc = subprocess.run([sys.executable, "-m", "chinchax.aot.child"], input=request,
+                            capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      return _failed(config, target, spec, f"the compile ran past {CHILD_TIMEOUT_S:.0f} s",
+                     time.perf_counter() - start)
+    out = _last_json(proc.stdout)
+    if not (isinstance(out, dict) and "libtpu_busy" in out):
+      break
+    # another process started libtpu between the child's wait and its own start: its turn
+    if time.perf_counter() - start > topology_lib.LOCK_TIMEOUT_S:
+      raise topology_lib.AotError(out["libtpu_busy"])
+    time.sleep(1.0)
   if isinstance(out, dict) and "user_error" in out:
     raise topology_lib.AotError(out["user_error"])
   if proc.returncode == 0 and isinstance(out, dict):
@@ -98,6 +101,15 @@ def compile_isolated(config, target: Target, *, eval_step: bool = True) -> dict:
     tail = [l for l in proc.stderr.strip().splitlines() if l.strip()][-1:] or ["no output"]
     why = f"the compile process failed (exit status {proc.returncode}): {tail[0][:300]}"
   return _failed(config, target, spec, why, time.perf_counter() - start)
+
+
+def _last_json(stdout: str):
+  """The child's report: the JSON object on its last line of ``stdout`` (None if none)."""
+  last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+  try:
+    return json.loads(last) if last else None
+  except json.JSONDecodeError:
+    return None
 
 
 def _failed(config, target: Target, spec, why: str, seconds: float) -> dict:

@@ -14,10 +14,16 @@ Names follow ``chinchax.cost.hardware.parse_hardware``: ``v5e-16`` = 16 chips,
 ``2x2x2``, ``2x2x4``, ``2x4x4``, ``4x4x4``, … (each step doubles the last of the
 smallest sides), the shapes Cloud TPU sells.
 
-Two processes that initialise libtpu at once fail inside libtpu ("multi-process
-lockfile"), so a process takes ``~/.cache/chinchax/libtpu.lock`` before its first
-TPU description and keeps it until it exits: a second ``chinchax compile``
-waits for the first instead of failing.
+libtpu runs in one process per host at a time: it holds a POSIX lock on
+``/tmp/libtpu_lockfile`` for as long as its process lives, and a second process
+fails ("multi-process lockfile") — unless ``ALLOW_MULTIPLE_LIBTPU_LOAD`` is set
+(1 or true), when it takes no lock at all. Without that variable a process takes
+``~/.cache/chinchax/libtpu.lock`` before its first TPU description and keeps it
+until it exits, then waits for any other holder of libtpu's own lock (another
+user's compile, a training job): a second ``chinchax compile`` waits its turn
+(up to :data:`LOCK_TIMEOUT_S`, ``CHINCHAX_LIBTPU_LOCK_TIMEOUT_S``, 900 s by default)
+instead of failing. With the variable set neither
+lock is taken or waited for: compiles run side by side, as libtpu allows them.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ TPU_2D = ("v5e", "v6e")
 TPU_3D = ("v4", "v5p")
 MAX_2D_CHIPS = 256
 LOCK_PATH = pathlib.Path(os.path.expanduser("~/.cache/chinchax/libtpu.lock"))
-LOCK_TIMEOUT_S = 900.0
+LOCK_TIMEOUT_S = float(os.environ.get("CHINCHAX_LIBTPU_LOCK_TIMEOUT_S", "900"))
 _lock_file = None  # held for the life of the process once libtpu is in use
 # libtpu's own lock: a POSIX (fcntl) write lock its process holds for as long as it lives.
 LIBTPU_LOCKFILE = pathlib.Path("/tmp/libtpu_lockfile")
@@ -48,6 +54,10 @@ LIBTPU_LOCKFILE = pathlib.Path("/tmp/libtpu_lockfile")
 
 class AotError(errors.UserError):
   """A compile target, mesh or config that cannot be compiled ahead of time."""
+
+
+class LibtpuBusy(AotError):
+  """Another process took libtpu's lock as this one started libtpu (a compile to retry)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,10 +195,17 @@ def quiet_stderr():
       os.close(saved)
 
 
+def multiple_loads_allowed() -> bool:
+  """True when ``ALLOW_MULTIPLE_LIBTPU_LOAD`` is set (``1``, ``true``, ``yes``): libtpu then
+  loads in any number of processes at once and takes no lock of its own."""
+  return os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "").strip().lower() in ("1", "true", "yes")
+
+
 def _take_libtpu_lock() -> None:
-  """Takes the per-user libtpu lock (see the module doc) once per process."""
+  """Takes the per-user libtpu lock (see the module doc) once per process; nothing when
+  libtpu allows several processes (:func:`multiple_loads_allowed`)."""
   global _lock_file
-  if _lock_file is not None:
+  if _lock_file is not None or multiple_loads_allowed():
     return
   LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
   f = open(LOCK_PATH, "a+")
@@ -207,6 +224,28 @@ def _take_libtpu_lock() -> None:
                        f"compile; wait for it to finish or end it") from None
       time.sleep(0.5)
   _lock_file = f
+
+
+def wait_for_libtpu(path: pathlib.Path = LIBTPU_LOCKFILE, timeout_s: float = LOCK_TIMEOUT_S,
+                    poll_s: float = 0.5) -> float:
+  """Waits until no other process holds libtpu's own lock ``path`` (module doc); the seconds
+  waited. Says once whom it waits for.
+
+  Raises:
+    AotError: still held after ``timeout_s`` seconds, naming the holder and what to do.
+  """
+  start, said = time.monotonic(), False
+  while True:
+    held = libtpu_lock_message(path)
+    if held is None:
+      return time.monotonic() - start
+    if not said:
+      console.warn(f"waiting for libtpu: {held.split('; wait for it')[0]}")
+      said = True
+    if time.monotonic() - start > timeout_s:
+      raise AotError(f"waited {timeout_s:.0f} s: {held}; or set ALLOW_MULTIPLE_LIBTPU_LOAD=1 "
+                     f"to compile beside it")
+    time.sleep(poll_s)
 
 
 def lock_holders(path: pathlib.Path, locks: str | None = None) -> list[int]:
@@ -255,17 +294,23 @@ def libtpu_lock_message(path: pathlib.Path = LIBTPU_LOCKFILE, locks: str | None 
 
 
 def warn_if_locked() -> None:
-  """Says so when another process holds the libtpu lock (a child compile will wait for it)."""
-  if not LOCK_PATH.exists():
+  """Says so when another process holds chinchax's or libtpu's lock (a child compile, whose
+  own lines are not shown, will wait for it); nothing when libtpu allows several processes."""
+  if multiple_loads_allowed():
     return
-  with open(LOCK_PATH, "a+") as f:
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      console.warn(f"another process compiles for TPU ({LOCK_PATH} is held); this compile "
-                   f"waits for it (up to {LOCK_TIMEOUT_S:.0f} s)")
-    else:
+  if LOCK_PATH.exists():
+    with open(LOCK_PATH, "a+") as f:
+      try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        console.warn(f"another process compiles for TPU ({LOCK_PATH} is held); this compile "
+                     f"waits for it (up to {LOCK_TIMEOUT_S:.0f} s)")
+        return
       fcntl.flock(f, fcntl.LOCK_UN)
+  held = libtpu_lock_message()
+  if held:
+    console.warn(f"{held.split('; wait for it')[0]}; this compile waits for it (up to "
+                 f"{LOCK_TIMEOUT_S:.0f} s)")
 
 
 def libtpu_available() -> bool:
@@ -306,10 +351,9 @@ def compile_devices(target: Target) -> list:
     text = (TARGETS_DIR / f"{target.accelerator.name}.txtpb").read_text()
     kwargs = dict(platform="cuda", target_config=text, topology=target.topology)
   else:
-    _take_libtpu_lock()
-    held = libtpu_lock_message()
-    if held:  # libtpu itself would fail with advice to delete a live process's lock
-      raise AotError(f"cannot describe {target.spec}: {held}")
+    if not multiple_loads_allowed():  # else libtpu takes no lock and neither do we
+      _take_libtpu_lock()
+      wait_for_libtpu()  # libtpu itself would fail with advice to delete a live lock
     kwargs = dict(platform="tpu", topology_name=target.topology)
     if target.topology.endswith(":1x1"):
       kwargs["chips_per_host_bounds"] = (1, 1, 1)
@@ -320,8 +364,8 @@ def compile_devices(target: Target) -> list:
       desc = topologies.get_topology_desc(**kwargs)
   except Exception as e:  # JaxRuntimeError, NotImplementedError: JAX's text says why
     held = libtpu_lock_message() if "lockfile" in str(e) else None
-    if held:
-      raise AotError(f"cannot describe {target.spec}: {held}") from None
+    if held:  # taken between our wait and libtpu's start: the parent runs this child again
+      raise LibtpuBusy(f"cannot describe {target.spec}: {held}") from None
     raise AotError(f"JAX cannot describe {target.spec} ({target.topology}): "
                    f"{str(e).splitlines()[0]}") from None
   devices = list(desc.devices)

@@ -97,10 +97,11 @@ def main(argv: list[str]) -> int:
   config_argv, rest = _split(argv)
   global ladder_run, report_lib, search_lib, topology_lib
   # here: --help imports no JAX (tests/test_imports.py)
-  from chinchax.aot import ladder_run
-  from chinchax.aot import report as report_lib
-  from chinchax.aot import search as search_lib
   from chinchax.aot import topology as topology_lib
+  with topology_lib.quiet_stderr():  # the CUDA plugin's "no cuda drivers" lines as JAX loads
+    from chinchax.aot import ladder_run
+    from chinchax.aot import report as report_lib
+    from chinchax.aot import search as search_lib
   args = _parser().parse_args(rest)
   if args.out is not None and paths_lib.is_url(args.out):  # gs://bucket/report.json
     paths_lib.check_writable_dir(args.out.rsplit("/", 1)[0], "--out's directory")

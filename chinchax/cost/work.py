@@ -31,20 +31,29 @@ class ExecutionProfile:
     logits_bytes: bytes per logit (position × vocab entry) the loss phase holds: 4 where
       XLA writes the float32 logits' gradient over the logits (TPU), 8 where both live
       (GPU) — calibrated on the AOT memory table's 1B rows (docs/compile-tpu.md).
+    elementwise_residuals: without remat the backward also keeps what the elementwise ops
+      save (GPU, layers scanned — ``model.scan_layers``, as every ladder run and the larger
+      variants): each RMSNorm's float32 input and normalised input (16·d_model bytes per
+      layer for the two) and SwiGLU's sigmoid and silu outputs (2·d_ff in the compute
+      dtype); XLA on TPU, and on GPU over an unrolled stack, recomputes them inside its
+      fusions instead. Calibrated on the h100x8 pod-ladder programs (docs/ladder.md:
+      26·d_model bytes per token and layer beyond the rest at d_ff ≈ 2.7·d_model, within 4%).
   """
 
   activation_bytes: int = 2
   materialized_attention: bool = True
   causal_skip: bool = False
   logits_bytes: int = 4
+  elementwise_residuals: bool = False
 
   @staticmethod
-  def for_kind(kind: str) -> "ExecutionProfile":
-    """chinchax's defaults: CPU float32 + xla attention; GPU bf16 + cuDNN; TPU bf16 + xla."""
+  def for_kind(kind: str, scanned: bool = False) -> "ExecutionProfile":
+    """chinchax's defaults: CPU float32 + xla attention; GPU bf16 + cuDNN; TPU bf16 + xla;
+    ``scanned``: the layers run by ``nnx.scan`` (``model.scan_layers``)."""
     if kind == "cpu":
       return ExecutionProfile(4, True, False)
     if kind == "gpu":
-      return ExecutionProfile(2, False, True, logits_bytes=8)
+      return ExecutionProfile(2, False, True, logits_bytes=8, elementwise_residuals=scanned)
     return ExecutionProfile(2, True, False)
 
   @staticmethod
@@ -302,6 +311,8 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
     saved, backward = a * shape.d_model, 2 * layer
   if tensor > 1:
     saved += a * shape.d_model
+  if remat == "none" and profile.elementwise_residuals:
+    saved += 16 * shape.d_model + 2 * a * shape.d_ff / tensor
   layer_weights = budget.layer_matmul_params(shape)
   live_layers = shape.n_layers if remat == "none" or fsdp == 1 else 1
   embed = n - shape.n_layers * layer_weights

@@ -91,10 +91,12 @@ def planned_mesh(hardware: hardware_lib.Hardware) -> dict:
   return {"data": 1, "fsdp": n, "tensor": 1}
 
 
-def profile_for(hardware: hardware_lib.Hardware, model: Any = None) -> work.ExecutionProfile:
-  """The step-time model's execution profile, else the accelerator kind's default."""
+def profile_for(hardware: hardware_lib.Hardware, model: Any = None,
+                scanned: bool = False) -> work.ExecutionProfile:
+  """The step-time model's execution profile, else the accelerator kind's default for layers
+  run by a Python loop or (``scanned``) by ``nnx.scan`` (``work.ExecutionProfile.for_kind``)."""
   return getattr(model, "profile", None) or work.ExecutionProfile.for_kind(
-      hardware.accelerator.kind)
+      hardware.accelerator.kind, scanned)
 
 
 def predict_step(model: Any, shape: budget.ModelShape, global_batch_size: int, *,
@@ -137,7 +139,7 @@ def smallest_microbatches(shape: budget.ModelShape, global_batch_size: int, mesh
 
 def choose_layout(shape: budget.ModelShape, global_batch_size: int,
                   hardware: hardware_lib.Hardware, *, model: Any = None,
-                  loss_chunk_size: Any = "auto") -> Layout:
+                  loss_chunk_size: Any = "auto", scanned: bool = False) -> Layout:
   """The layout of the module doc: per remat policy the smallest fitting M, the fastest of
   those (ties: the lighter remat); when none fits, remat full at the largest M (whose
   ``fits`` is False).
@@ -149,9 +151,10 @@ def choose_layout(shape: budget.ModelShape, global_batch_size: int,
     model: step-time model (default: the hardware's roofline).
     loss_chunk_size: ``train.loss_chunk_size`` ("auto" or positions), resolved for the
       hardware's kind by ``work.resolve_loss_chunk``.
+    scanned: the run's layers are scanned (``model.scan_layers``; :func:`profile_for`).
   """
   model = model or step_time_lib.RooflineStepTime(hardware)
-  profile = profile_for(hardware, model)
+  profile = profile_for(hardware, model, scanned)
   mesh = planned_mesh(hardware)
   chunk = work.resolve_loss_chunk(loss_chunk_size, hardware.accelerator.kind, shape.seq_len,
                                   shape.vocab_size)
