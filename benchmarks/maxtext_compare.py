@@ -13,9 +13,12 @@ Runs in its own environment (maxtext needs Python >= 3.12 and brings jax 0.12; c
 installed into it with --no-deps): ``bash benchmarks/maxtext_compare.sh``. Never in CI.
 
 usage: python benchmarks/maxtext_compare.py [--cases NAME,...] [--out DIR] [--timeout S]
+                                           [--redo STACK]
        python benchmarks/maxtext_compare.py --one STACK CASE      (one compile, JSON on stdout)
 
-Writes DIR/results.json (every compile) and DIR/table.md (chinchax ÷ MaxText per case).
+Writes DIR/results.json (every compile, cumulative: a rerun compiles only the (stack, case)
+pairs it lacks, or a stack named by --redo again, e.g. chinchax after a change; each chinchax
+row records the commit it was compiled from) and DIR/table.md (chinchax ÷ MaxText per case).
 
 Settings that are not matched (said again in table.md):
   * MaxText's batch carries positions and segment ids beside the tokens ([B, T] int32 each);
@@ -48,13 +51,17 @@ MODELS = {
 CASES = {
     "125m-v5e16-data16": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 1),
     "125m-v5e16-fsdp16": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 1),
-    "125m-v5e8-data8": ("125m", "v5e-8", (8, 1), 128, 1024, "xla", 1),
-    "125m-v5e16-data16-M4": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 4),
     "1b-v5p32-fsdp16": ("1b", "v5p-32", (1, 16), 64, 2048, "xla", 1),
     "1b-v5p32-fsdp16-flash": ("1b", "v5p-32", (1, 16), 64, 2048, "flash", 1),
     "125m-v5e16-seq2048-flash": ("125m", "v5e-16", (1, 16), 128, 2048, "flash", 1),
+    "125m-v5e8-data8": ("125m", "v5e-8", (8, 1), 128, 1024, "xla", 1),
+    "125m-v5e16-data16-M4": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 4),
+    "125m-v5e16-data16-M8": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 8),
+    "125m-v5e16-fsdp16-M4": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 4),
+    "125m-v5e16-fsdp16-M8": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 8),
     "125m-h100x8-data8": ("125m", "h100x8", (8, 1), 128, 1024, "xla", 1),
     "1b-h100x8-fsdp8": ("1b", "h100x8", (1, 8), 32, 2048, "xla", 1),
+    "125m-h100x8-data8-cudnn": ("125m", "h100x8", (8, 1), 128, 1024, "flash", 1),
 }
 REMAT = "full"
 STACKS = ("chinchax", "maxtext")
@@ -133,9 +140,23 @@ def maxtext_program(case: str):
   return program_lib.compile_lowered("train_step", lower, len(devices)), target
 
 
-def one(stack: str, case: str) -> dict:
-  """Compiles one stack's program for one case; the numbers the table reads."""
+def one(stack: str, case: str, hlo_dir: str | None = None) -> dict:
+  """Compiles one stack's program for one case; the numbers the table reads. With
+  ``hlo_dir``, the optimized HLO text goes to ``hlo_dir/STACK-CASE.hlo.gz`` (the text the
+  collectives are counted on)."""
+  import gzip
   import jax
+  from chinchax.aot import hlo as hlo_lib
+  if hlo_dir:
+    count = hlo_lib.collectives
+
+    def keep(text, *args, **kwargs):
+      pathlib.Path(hlo_dir).mkdir(parents=True, exist_ok=True)
+      with gzip.open(pathlib.Path(hlo_dir) / f"{stack}-{case}.hlo.gz", "wt") as f:
+        f.write(text)
+      return count(text, *args, **kwargs)
+
+    hlo_lib.collectives = keep
   start = time.perf_counter()
   result, target = (chinchax_program if stack == "chinchax" else maxtext_program)(case)
   coll = result.collectives.to_dict() if result.collectives is not None else {}
@@ -143,7 +164,21 @@ def one(stack: str, case: str) -> dict:
           "error": result.error, "oom": result.oom, "memory": result.memory,
           "flops": result.xla_flops, "bytes_accessed": result.xla_bytes,
           "collectives": {k: v for k, v in coll.items() if isinstance(v, dict) and "count" in v},
-          "seconds": time.perf_counter() - start, "jax": jax.__version__}
+          "seconds": time.perf_counter() - start, "jax": jax.__version__,
+          "commit": _commit() if stack == "chinchax" else None}
+
+
+def _commit() -> str | None:
+  """chinchax's git commit (``+dirty`` when the tree differs), or None outside a checkout."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  try:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                          capture_output=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           text=True, capture_output=True, check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return None
+  return head + ("+dirty" if dirty else "")
 
 
 def _ratio(a, b) -> str:
@@ -182,13 +217,15 @@ def main() -> int:
   p.add_argument("--cases", default=",".join(CASES))
   p.add_argument("--out", default="benchmarks/figures/maxtext_compare")
   p.add_argument("--timeout", type=float, default=3600.0)
+  p.add_argument("--redo", choices=STACKS, help="compile this stack's cases again even when "
+                 "results.json holds them")
   a = p.parse_args()
   if a.one:
     stack, case = a.one
     if stack not in STACKS or case not in CASES:
       print(f"error: --one takes a stack of {STACKS} and a case of {list(CASES)}", file=sys.stderr)
       return 2
-    print(json.dumps(one(stack, case), default=float))
+    print(json.dumps(one(stack, case, os.environ.get("COMPARE_HLO_DIR")), default=float))
     return 0
   cases = [c for c in a.cases.split(",") if c]
   bad = [c for c in cases if c not in CASES]
@@ -202,8 +239,11 @@ def main() -> int:
           (json.loads(path.read_text()) if path.exists() else [])}
   for case in cases:
     for stack in STACKS:
+      if (stack, case) in done and not done[(stack, case)].get("error") and stack != a.redo:
+        continue
       r = subprocess.run([sys.executable, __file__, "--one", stack, case], capture_output=True,
-                         text=True, timeout=a.timeout, env=dict(os.environ))
+                         text=True, timeout=a.timeout,
+                         env=dict(os.environ, COMPARE_HLO_DIR=str(out / "hlo")))
       try:
         done[(stack, case)] = json.loads(r.stdout.strip().splitlines()[-1])
       except (IndexError, json.JSONDecodeError):
