@@ -27,6 +27,10 @@ Settings that are not matched (said again in table.md):
     chinchax's loss is its own (``model.loss``); both are kept as each stack ships them.
   * RMSNorm epsilon (1e-5 MaxText, 1e-6 chinchax) and init: numerics only, not the program.
   * MaxText's remat ``full`` and chinchax's ``full`` both save only each layer's input.
+  * GPU flash attention: MaxText's ``cudnn_flash_jax`` and chinchax's ``cudnn`` are both
+    ``jax.nn.dot_product_attention(implementation="cudnn")``; a deviceless compile lowers it
+    when ``nvidia-cudnn-cu12`` is installed (the .sh installs it), else JAX says "cuDNN not
+    found". MaxText's default GPU flash (``cudnn_flash_te``) needs Transformer Engine.
   * Splash blocks: MaxText's default 512 (``sa_block_*``); chinchax's per seq_len
     (``chinchax.model.attention.splash_block``: 512 where seq_len allows).
 """
@@ -106,7 +110,7 @@ def maxtext_program(case: str):
   devices = topology.compile_devices(target)
   base = pathlib.Path(pyconfig.__file__).with_name("base.yml")
   attn = {"xla": "dot_product", "flash": "flash" if target.platform == "tpu"
-          else "cudnn_flash_te"}[attention]
+          else "cudnn_flash_jax"}[attention]
   argv = ["", str(base), f"run_name=compare_{case}", "base_output_directory=/tmp/maxtext_compare",
           f"base_emb_dim={m['d_model']}", f"base_num_query_heads={m['n_heads']}",
           f"base_num_kv_heads={m['n_kv_heads']}", f"base_mlp_dim={m['d_ff']}",
