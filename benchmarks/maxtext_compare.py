@@ -161,6 +161,7 @@ def one(stack: str, case: str, hlo_dir: str | None = None) -> dict:
       return count(text, *args, **kwargs)
 
     hlo_lib.collectives = keep
+  commit = _commit() if stack == "chinchax" else None  # before the compile reads the tree
   start = time.perf_counter()
   result, target = (chinchax_program if stack == "chinchax" else maxtext_program)(case)
   coll = result.collectives.to_dict() if result.collectives is not None else {}
@@ -169,7 +170,7 @@ def one(stack: str, case: str, hlo_dir: str | None = None) -> dict:
           "flops": result.xla_flops, "bytes_accessed": result.xla_bytes,
           "collectives": {k: v for k, v in coll.items() if isinstance(v, dict) and "count" in v},
           "seconds": time.perf_counter() - start, "jax": jax.__version__,
-          "commit": _commit() if stack == "chinchax" else None}
+          "commit": commit}
 
 
 def _commit() -> str | None:
