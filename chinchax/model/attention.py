@@ -38,8 +38,9 @@ Precision of the xla path, by the dtype of q, k, v:
             [B, H, T, T] buffer, read by the e·v matmul (float32 accumulation) whose [B, T, H, K]
             output is divided by l (the normalisation after the matmul, as flash attention and
             MaxText's dot-product path do). :func:`_attend_low`'s custom gradient keeps e, l, v
-            and the output, and computes p = e / l, p·(dp − rowsum(g ⊙ out)) in float32 inside
-            its fusions, returning the scores' gradient in bf16. Plain autodiff would keep the
+            and the output, and computes p·(dp − rowsum(g ⊙ out)), p = e / l, in float32 inside
+            its fusions, returning the scores' gradient in bf16; v's gradient is eᵀ·(g / l),
+            the division again on the [B, T, H, K] side. Plain autodiff would keep the
             float32 exponentials (exp saves its output) beside the bf16 copy: 3× the bytes of
             the one bf16 buffer; normalising before the matmul made XLA write the float32
             exponentials too (a reduction and its broadcast consumer are two kernels on TPU:
@@ -259,11 +260,14 @@ def _attend_low(scores, mask, v, head_dim, specs):
 def _attend_low_bwd(head_dim, specs, res, g):
   # p = e / l; dv = pᵀ·g; dp = g·vᵀ; dscores = p (dp − rowsum(g ⊙ out)) / √head_dim
   # (rowsum(p ⊙ dp) = g·out, the flash-attention identity: no second pass over [t, s]).
+  # dv = Σ_t e_ts (g_t / l_t): the division on the [.., t, k] side, so no p [.., t, s] is written.
   s_spec, v_spec, o_spec = specs
   e, l, v, out = res
   inv_l = 1.0 / l
   p32 = e.astype(jnp.float32) * inv_l[..., None]
-  dv = jnp.einsum(f"{s_spec},{o_spec}->{v_spec}", p32.astype(e.dtype), g.astype(e.dtype))
+  g_l = g.astype(jnp.float32) / jnp.einsum(f"{s_spec[:-1]}->{o_spec[:-1]}", l)[..., None]
+  dv = jnp.einsum(f"{s_spec},{o_spec}->{v_spec}", e, g_l.astype(e.dtype),
+                  preferred_element_type=jnp.float32)
   dp = jnp.einsum(f"{o_spec},{v_spec}->{s_spec}", g.astype(e.dtype), v)
   d_o = jnp.einsum(f"{o_spec},{o_spec}->{o_spec[:-1]}", g.astype(jnp.float32),
                    out.astype(jnp.float32))
