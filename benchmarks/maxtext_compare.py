@@ -186,14 +186,21 @@ def _commit() -> str | None:
   return head + ("+dirty" if dirty else "")
 
 
+def _mb(n: float) -> str:
+  """Bytes as MB: whole MB from 10 MB, else two significant digits."""
+  return f"{n / 1e6:.0f}" if n >= 1e7 else f"{n / 1e6:.2g}"
+
+
 def _ratio(a, b) -> str:
-  return f"{a / b:.2f}" if a is not None and b else "–"
+  return f"{a / b:.3f}" if a is not None and b else "–"
 
 
 def table(rows: dict) -> str:
   """The markdown table: chinchax ÷ MaxText per case (temporaries, XLA bytes accessed,
-  collective operand bytes by kind, FLOPs), with both stacks' absolute figures."""
-  out = ["| case | temporaries (GB) | bytes accessed | collective bytes (MB) by kind | FLOPs |",
+  collective operand bytes and op counts by kind, FLOPs), each followed by the two stacks'
+  absolute figures (chinchax/MaxText)."""
+  out = ["| case | temporaries (GB) | XLA bytes accessed (GB) | collective bytes (MB) by kind "
+         "| FLOPs (TFLOP) |",
          "|---|---|---|---|---|"]
   for case in CASES:
     c, x = rows.get(("chinchax", case)), rows.get(("maxtext", case))
@@ -209,10 +216,13 @@ def table(rows: dict) -> str:
       cb = c["collectives"].get(k, {}).get("operand_bytes", 0.0)
       xb = x["collectives"].get(k, {}).get("operand_bytes", 0.0)
       if cb or xb:
-        kinds.append(f"{k} {_ratio(cb, xb)} ({cb / 1e6:.0f}/{xb / 1e6:.0f})")
-    out.append(f"| {case} | {_ratio(ct, xt)} ({ct / 1e9:.2f}/{xt / 1e9:.2f}) | "
-               f"{_ratio(c['bytes_accessed'], x['bytes_accessed'])} | {', '.join(kinds) or '–'} | "
-               f"{_ratio(c['flops'], x['flops'])} |")
+        cn, xn = c["collectives"].get(k, {}).get("count", 0), x["collectives"].get(k, {}).get(
+            "count", 0)
+        kinds.append(f"{k} {_ratio(cb, xb)} ({_mb(cb)}/{_mb(xb)}; {cn}/{xn} ops)")
+    cb, xb, cf, xf = c["bytes_accessed"], x["bytes_accessed"], c["flops"], x["flops"]
+    out.append(f"| {case} | {_ratio(ct, xt)} ({ct / 1e9:.3f}/{xt / 1e9:.3f}) | "
+               f"{_ratio(cb, xb)} ({cb / 1e9:.2f}/{xb / 1e9:.2f}) | {', '.join(kinds) or '–'} | "
+               f"{_ratio(cf, xf)} ({cf / 1e12:.3f}/{xf / 1e12:.3f}) |")
   return "\n".join(out) + "\n"
 
 
