@@ -68,6 +68,7 @@ CASES = {
     "125m-h100x8-data8-cudnn": ("125m", "h100x8", (8, 1), 128, 1024, "flash", 1),
 }
 REMAT = "full"
+MAXTEXT_TOPOLOGY = {"h100x8": "a3"}  # MaxText's name for one host of 8 H100s (GCP's A3)
 STACKS = ("chinchax", "maxtext")
 
 
@@ -121,7 +122,7 @@ def maxtext_program(case: str):
           f"ici_data_parallelism={data}", f"ici_fsdp_parallelism={fsdp}",
           f"gradient_accumulation_steps={micro}", "dataset_type=synthetic",
           "enable_checkpointing=False", "enable_dropout=False", "dtype=bfloat16",
-          "weight_dtype=float32", "opt_type=adamw", f"compile_topology={spec}",
+          "weight_dtype=float32", "opt_type=adamw", f"compile_topology={MAXTEXT_TOPOLOGY.get(spec, spec)}",
           "compile_topology_num_slices=1", "skip_jax_distributed_system=True",
           f"hardware={'tpu' if target.platform == 'tpu' else 'gpu'}"]
   config = pyconfig.initialize(argv)
