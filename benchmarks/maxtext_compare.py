@@ -13,7 +13,7 @@ Runs in its own environment (maxtext needs Python >= 3.12 and brings jax 0.12; c
 installed into it with --no-deps): ``bash benchmarks/maxtext_compare.sh``. Never in CI.
 
 usage: python benchmarks/maxtext_compare.py [--cases NAME,...] [--out DIR] [--timeout S]
-                                           [--redo STACK]
+                                           [--stack STACK] [--redo STACK]
        python benchmarks/maxtext_compare.py --one STACK CASE      (one compile, JSON on stdout)
 
 Writes DIR/results.json (every compile, cumulative: a rerun compiles only the (stack, case)
@@ -233,6 +233,7 @@ def main() -> int:
   p.add_argument("--cases", default=",".join(CASES))
   p.add_argument("--out", default="benchmarks/figures/maxtext_compare")
   p.add_argument("--timeout", type=float, default=3600.0)
+  p.add_argument("--stack", choices=STACKS, help="compile only this stack's programs")
   p.add_argument("--redo", choices=STACKS, help="compile this stack's cases again even when "
                  "results.json holds them")
   a = p.parse_args()
@@ -256,6 +257,8 @@ def main() -> int:
   for case in cases:
     for stack in STACKS:
       if (stack, case) in done and not done[(stack, case)].get("error") and stack != a.redo:
+        continue
+      if a.stack and stack != a.stack:
         continue
       r = subprocess.run([sys.executable, __file__, "--one", stack, case], capture_output=True,
                          text=True, timeout=a.timeout,
