@@ -192,6 +192,12 @@ def _mb(n: float) -> str:
   return f"{n / 1e6:.0f}" if n >= 1e7 else f"{n / 1e6:.2g}"
 
 
+def _pair(a, b, unit: float, digits: int) -> str:
+  """" (a/b)" in ``unit``s, or nothing where XLA gave no figure (GPU cost analysis without a
+  GPU)."""
+  return f" ({a / unit:.{digits}f}/{b / unit:.{digits}f})" if a is not None and b else ""
+
+
 def _ratio(a, b) -> str:
   return f"{a / b:.3f}" if a is not None and b else "–"
 
@@ -222,8 +228,8 @@ def table(rows: dict) -> str:
         kinds.append(f"{k} {_ratio(cb, xb)} ({_mb(cb)}/{_mb(xb)}; {cn}/{xn} ops)")
     cb, xb, cf, xf = c["bytes_accessed"], x["bytes_accessed"], c["flops"], x["flops"]
     out.append(f"| {case} | {_ratio(ct, xt)} ({ct / 1e9:.3f}/{xt / 1e9:.3f}) | "
-               f"{_ratio(cb, xb)} ({cb / 1e9:.2f}/{xb / 1e9:.2f}) | {', '.join(kinds) or '–'} | "
-               f"{_ratio(cf, xf)} ({cf / 1e12:.3f}/{xf / 1e12:.3f}) |")
+               f"{_ratio(cb, xb)}{_pair(cb, xb, 1e9, 2)} | {', '.join(kinds) or '–'} | "
+               f"{_ratio(cf, xf)}{_pair(cf, xf, 1e12, 3)} |")
   return "\n".join(out) + "\n"
 
 
