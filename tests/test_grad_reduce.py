@@ -6,6 +6,8 @@ virtual CPU devices counted per step from the optimized HLO (``chinchax.aot.hlo`
 their trip counts), and plain autodiff of the same float32 arithmetic.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,7 @@ from chinchax import config as config_lib
 from chinchax.aot import hlo as hlo_lib
 from chinchax.cost import work
 from chinchax.model import attention as attention_lib
+from chinchax.model import transformer as model_lib
 from chinchax.model import sharding as sharding_lib
 import chinchax.train.loss as loss_lib
 import chinchax.train.spec as spec_lib
@@ -58,6 +61,57 @@ def test_gradient_collectives_do_not_grow_with_microbatches(mesh, grad_reduce):
   assert sum(b for _, b in one.values()) > 0  # the gradients are reduced at all
 
 
+def _partitioned_gradient_collectives(c, dump_dir):
+  """(executions, operand bytes) of the train step's all-reduces and reduce-scatters as XLA's
+  SPMD partitioner leaves them, and the bytes of those in bfloat16; the program that pass
+  writes, since XLA:CPU then widens every bfloat16 all-reduce to float32 (a TPU or GPU reduces
+  bfloat16 as it is)."""
+  program, _ = _program(c)
+  program.lower().compile({"xla_dump_to": str(dump_dir), "xla_dump_hlo_as_text": True,
+                           "xla_dump_hlo_pass_re": "spmd-partitioning"})
+  text, = [p.read_text() for p in dump_dir.glob("*train_step*after_spmd-partitioning*")]
+  summary = hlo_lib.collectives(text, jax.device_count())
+  assert summary.unknown_trip_loops == 0
+  count = summary.count["all-reduce"] + summary.count["reduce-scatter"]
+  nbytes = summary.operand_bytes["all-reduce"] + summary.operand_bytes["reduce-scatter"]
+  bf16 = sum(hlo_lib.shape_bytes(m.group(1)) for m in re.finditer(
+      r"= (bf16\[[0-9,]*\]\S*) all-reduce\(", text))
+  return count, nbytes, bf16
+
+
+@pytest.mark.parametrize("mesh,M", [((8, 1, 1), 4), ((1, 8, 1), 8)])
+def test_bf16_gradients_are_reduced_once_per_step_in_bf16(mesh, M, tmp_path):
+  """Under bfloat16 compute the step's one reduction sends each matrix's and embedding's
+  gradient once in bfloat16 (hand count: 2 bytes per such parameter) and no more bytes, in
+  no more collectives, than the unsplit step (M = 1)."""
+  def config(m):
+    c = _config(mesh, m, "step")
+    c.model.compute_dtype = "bfloat16"
+    return c
+
+  program, _ = _program(config(1))
+  roles = jax.tree_util.tree_leaves_with_path(program.abstract_state["params"])
+  matrices = sum(int(np.prod(x.shape)) for path, x in roles if model_lib.param_role(path) != "norm")
+  one = _partitioned_gradient_collectives(config(1), tmp_path / "one")
+  got = _partitioned_gradient_collectives(config(M), tmp_path / "many")
+  assert got[2] == 2 * matrices, (got, one, matrices)
+  assert got[0] <= one[0] and got[1] <= 1.05 * one[1], (got, one)
+
+
+def test_norm_scales_are_neither_gathered_nor_reduced_alone():
+  """On fsdp the norm scales (the only [d_model] = f32[32] parameters here) are replicated: no
+  all-gather brings one in at a use, and their gradients travel in the all-reduces of the
+  matrices' gradients (XLA's combiner merges them) rather than in collectives of their own."""
+  program, _ = _program(_config((1, 8, 1)))
+  text = program.lower().compile().as_text()
+  ops = [(m.group(1), m.group(2)) for m in re.finditer(
+      r"= (\(.*?\)|\S+) (all-gather|all-reduce)(?:-start)?\(", text)]
+  norm = re.compile(r"f32\[32\]\{0\}")
+  assert not [s for s, op in ops if op == "all-gather" and norm.search(s)]
+  norm_reduces = [s for s, op in ops if op == "all-reduce" and norm.search(s)]
+  assert norm_reduces and all(re.search(r"f32\[\d+,\d+", s) for s in norm_reduces), norm_reduces
+
+
 def test_per_microbatch_reduction_grows_with_microbatches():
   """The other setting, for contrast: M reductions of the whole gradient per step."""
   one = _gradient_collectives(_config((8, 1, 1), 1, "microbatch"))["all-reduce"]
@@ -97,8 +151,8 @@ def test_grad_reduce_auto_and_its_memory():
   kw = dict(mesh={"data": 1, "fsdp": 16, "tensor": 1}, remat="full", microbatches=4)
   per_mb = work.mesh_memory_per_device(shape, 256, **kw)
   per_step = work.mesh_memory_per_device(shape, 256, grad_reduce="step", **kw)
-  assert per_step.accumulation == 4 * n and per_mb.accumulation == 4 * n / 16
-  assert per_step.gathered_weights > 4 * n
+  assert per_step.accumulation == 8 * n and per_mb.accumulation == 4 * n / 16
+  assert per_step.gathered_weights == 2 * n  # all the bf16 weights, gathered once per step
   with pytest.raises(config_lib.ConfigError, match="train.grad_reduce"):
     _program(_config((8, 1, 1), 2, "sometimes"))
 

@@ -10,7 +10,7 @@ from chinchax.cost import budget
 from chinchax.model import sharding
 from chinchax.model.transformer import ModelConfig, Transformer, count_params
 
-LOGICAL = {"batch", "seq", "embed", "heads", "kv_heads", "kv", "mlp", "vocab"}
+LOGICAL = {"batch", "seq", "embed", "norm", "heads", "kv_heads", "kv", "mlp", "vocab"}
 
 
 @pytest.mark.parametrize("tied", [True, False])

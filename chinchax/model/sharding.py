@@ -1,7 +1,8 @@
 """Device mesh and THE logical-axis-rules table.
 
-Model code names array axes logically (``batch, seq, embed, heads, kv_heads, kv,
-mlp, vocab``; ``kv`` is head_dim, ``kv_heads`` the key/value heads of grouped-query attention); :data:`LOGICAL_AXIS_RULES` alone decides which mesh axes
+Model code names array axes logically (``batch, seq, embed, norm, heads, kv_heads, kv,
+mlp, vocab``; ``kv`` is head_dim, ``kv_heads`` the key/value heads of grouped-query attention,
+``norm`` a norm scale's d_model); :data:`LOGICAL_AXIS_RULES` alone decides which mesh axes
 (``data, fsdp, tensor``) each maps onto. Change sharding here, nowhere else.
 
   data    pure data parallelism: batch split, parameters replicated.
@@ -33,6 +34,10 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("layers", None),  # the stacked-layer axis of model.scan_layers: every device holds all layers
     ("seq", None),
     ("embed", "fsdp"),
+    # a norm scale's d_model axis: replicated. Sharded like "embed" it would be gathered at
+    # every use (forward and remat) and its gradient reduce-scattered by itself, a collective
+    # of d_model/fsdp floats each time; replicated it costs 16 bytes × d_model per norm.
+    ("norm", None),
     ("heads", "tensor"),
     ("kv_heads", "tensor"),  # config validation refuses n_kv_heads not divisible by mesh.tensor
     ("kv", None),

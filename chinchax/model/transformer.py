@@ -112,7 +112,7 @@ class RMSNorm(nnx.Module):
 
   def __init__(self, d_model: int, eps: float):
     self.eps = eps
-    self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32), out_sharding=("embed",),
+    self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32), out_sharding=("norm",),
                            eager_sharding=False)
 
   def __call__(self, x_BTD: jax.Array) -> jax.Array:

@@ -69,11 +69,15 @@ def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chun
     "step"        :func:`_step_reduced`: each device scans its own rows under
                   ``jax.shard_map`` over data × fsdp, accumulating its local, unreduced
                   gradient, and the S partial sums are reduced once after the scan: one
-                  reduction per step whatever M. On fsdp the parameters are gathered once
-                  per step (not per microbatch and layer) and the accumulator is a full
-                  float32 gradient per device: 8 bytes per parameter over tensor beside the
-                  sharded state (``chinchax.cost.work.mesh_memory_per_device``).
-  Both are the same sums up to float32 round-off (the order of the additions).
+                  reduction per step whatever M, in the dtype the unsplit step reduces in
+                  (bytes independent of M). On fsdp the weights are gathered once per step
+                  in the compute dtype (not per microbatch and layer) and the accumulator is
+                  a full float32 gradient per device (held twice by the scan): 8 + 2 bytes
+                  per parameter over tensor under bfloat16 beside the sharded state
+                  (``chinchax.cost.work.mesh_memory_per_device``).
+  Under float32 compute both are the same sums up to float32 round-off (the order of the
+  additions); under bfloat16 "step" rounds each shard's float32 sum of its microbatches to
+  bfloat16 once before the exchange, as the unsplit step rounds its gradient.
   """
 
   def merge(params):
@@ -118,7 +122,8 @@ def make_loss_and_grad(graphdef, z_loss: float, microbatches: int = 1, loss_chun
     n_tokens = jnp.float32(batch_BT1.shape[0] * (batch_BT1.shape[1] - 1))
     axes = _batch_axes()
     if grad_reduce == "step" and axes:
-      return _step_reduced(accumulate, params, batch_BT1, n_tokens, axes, grad_shardings)
+      return _step_reduced(accumulate, params, batch_BT1, n_tokens, axes, grad_shardings,
+                           merge(params).cfg.compute_dtype)
     return accumulate(params, batch_BT1, n_tokens, grad_shardings)
 
   return loss_and_grad
@@ -133,32 +138,58 @@ def _batch_axes() -> tuple[str, ...]:
   return () if spec is None else (spec if isinstance(spec, tuple) else (spec,))
 
 
-def _step_reduced(accumulate, params, batch_BT1, n_tokens, axes, grad_shardings):
+def _step_reduced(accumulate, params, batch_BT1, n_tokens, axes, grad_shardings, compute_dtype):
   """The microbatch scan per batch shard (``jax.shard_map`` over ``axes``, the others left to
-  the compiler), then one sum over the S shards' float32 gradients [S, ...]: one all-reduce
-  (or reduce-scatter onto the parameters' fsdp sharding) per step.
+  the compiler), then one sum over the S shards' local gradients [S, ...]: one all-reduce (or
+  reduce-scatter onto the parameters' fsdp sharding) per step.
 
   Each shard holds B/S contiguous rows and splits them as :func:`split_microbatches` splits
   the whole batch (local row j to microbatch j mod M; B/(S·M) is whole by
   ``config.check_microbatches``), so microbatch m holds the same rows as unsplit.
+
+  The weights enter the shards already cast to ``compute_dtype`` (:func:`_compute_params`), so
+  on fsdp they are gathered once per step in that dtype, and a microbatch's gradient of a
+  weight comes in that dtype, as in the unsplit step. A shard sums its microbatches' gradients
+  in float32 and casts the sum back to that dtype for the exchange: the reduction runs in
+  the dtype the unsplit step reduces in (bfloat16 matrices and embeddings, float32 norm
+  scales under bfloat16 compute; all float32 under float32 compute), so its bytes do not
+  depend on M; the reduced gradient is float32 again. The sum over shards is the compiler's
+  (a ``lax.reduce`` of the sharded leading axis), not a ``psum`` in the shards: XLA:CPU
+  aborts on the bfloat16 all-reduce a partially manual ``shard_map`` lowers a ``psum`` to.
   """
   from jax.sharding import PartitionSpec as P
 
   mesh = jax.sharding.get_abstract_mesh()
   batch_spec = P(axes)
+  params_c = _compute_params(params, compute_dtype)
+  dtypes = jax.tree.map(lambda p: p.dtype, params_c)
 
-  def local(params, rows_bT1):
-    grads, ce, z2 = accumulate(params, rows_bT1, n_tokens, None)
-    lead = lambda x: x[None]
-    return jax.tree.map(lead, grads), lead(ce), lead(z2)
+  def local(params_c, rows_bT1):
+    grads, ce, z2 = accumulate(params_c, rows_bT1, n_tokens, None)
+    grads = jax.tree.map(lambda g, d: g.astype(d)[None], grads, dtypes)
+    return grads, ce[None], z2[None]
 
   grads_S, ce_S, z2_S = jax.shard_map(
       local, mesh=mesh, in_specs=(P(), batch_spec), out_specs=(batch_spec,) * 3,
-      axis_names=set(axes), check_vma=False)(params, batch_BT1)
-  grads = jax.tree.map(lambda g: jnp.sum(g, axis=0), grads_S)
+      axis_names=set(axes), check_vma=False)(params_c, batch_BT1)
+  # lax.reduce keeps a bfloat16 sum in bfloat16 (jnp.sum would widen it to float32 first)
+  grads = jax.tree.map(lambda g: jax.lax.reduce(g, jnp.zeros((), g.dtype), jax.lax.add, (0,)),
+                       grads_S)
   if grad_shardings is not None:
     grads = jax.tree.map(jax.lax.with_sharding_constraint, grads, grad_shardings)
-  return grads, jnp.sum(ce_S), jnp.sum(z2_S)
+  return jax.tree.map(lambda g: g.astype(jnp.float32), grads), jnp.sum(ce_S), jnp.sum(z2_S)
+
+
+def _compute_params(params, compute_dtype):
+  """The parameters as the model computes with them: matrices and embeddings cast to
+  ``compute_dtype`` (the model casts them there itself, so only the place of the cast moves),
+  norm scales float32 (RMSNorm computes in float32)."""
+  dt = jnp.dtype(compute_dtype)
+
+  def one(path, p):
+    return p if model_lib.param_role(path) == "norm" else p.astype(dt)
+
+  return jax.tree_util.tree_map_with_path(one, params)
 
 
 def make_train_step(graphdef, tx, schedule, z_loss: float, microbatches: int = 1,
