@@ -216,7 +216,10 @@ def resolve_grad_reduce(value: str, mesh: dict[str, int]) -> str:
   device (10 bytes per parameter over tensor under bfloat16, :func:`mesh_memory_per_device`,
   against 4 / fsdp and one layer's weights), undoing the sharding a user chose fsdp for;
   "step" asks for it where it fits (``chinchax compile`` shows whether it does) and saves
-  M - 1 reduce-scatters of the gradient and as many all-gathers of the weights.
+  M - 1 reduce-scatters of the gradient and as many all-gathers of the weights. The same
+  under the splash kernel, whose own ``shard_map`` compiles nested in the per-shard one
+  (libtpu, v5e-16 over data 16, ``configs/train.py:small`` at seq_len 2,048, M = 2: one
+  bf16 reduction of the gradient, 26.0 MB a step).
   """
   if value == "auto":
     return "step" if int(mesh.get("fsdp", 1)) == 1 else "microbatch"

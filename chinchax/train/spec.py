@@ -150,16 +150,7 @@ def resolve(config, n_devices: int, backend: str | None = None) -> RunSpec:
                  decay_start_step=decay_start, microbatches=int(t.microbatches),
                  loss_chunk_size=loss_lib.resolve_chunk_size(t.loss_chunk_size, backend,
                                                              t.seq_len, vocab),
-                 grad_reduce=_grad_reduce(t.get("grad_reduce", "auto"), mesh, mcfg.attention))
-
-
-def _grad_reduce(value: str, mesh: dict, attention: str) -> str:
-  """``work.resolve_grad_reduce``, except that "auto" keeps "microbatch" under the splash
-  kernel: its own ``shard_map`` nested in the per-shard one of a step reduction has not been
-  compiled here (no TPU); ``train.grad_reduce=step`` asks for it."""
-  if value == "auto" and attention == "splash":
-    return "microbatch"
-  return work.resolve_grad_reduce(value, mesh)
+                 grad_reduce=work.resolve_grad_reduce(t.get("grad_reduce", "auto"), mesh))
 
 
 def describe(spec: RunSpec, config, n_devices: int) -> str:
