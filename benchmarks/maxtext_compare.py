@@ -127,7 +127,8 @@ def maxtext_program(case: str):
           f"ici_data_parallelism={data}", f"ici_fsdp_parallelism={fsdp}",
           f"gradient_accumulation_steps={micro}", "dataset_type=synthetic",
           "enable_checkpointing=False", "enable_dropout=False", "dtype=bfloat16",
-          "weight_dtype=float32", "opt_type=adamw", f"compile_topology={MAXTEXT_TOPOLOGY.get(spec, spec)}",
+          "weight_dtype=float32", "opt_type=adamw",
+          f"compile_topology={MAXTEXT_TOPOLOGY.get(spec, spec)}",
           "compile_topology_num_slices=1", "skip_jax_distributed_system=True",
           f"hardware={'tpu' if target.platform == 'tpu' else 'gpu'}"]
   config = pyconfig.initialize(argv)
