@@ -13,9 +13,12 @@ Runs in its own environment (maxtext needs Python >= 3.12 and brings jax 0.12; c
 installed into it with --no-deps): ``bash benchmarks/maxtext_compare.sh``. Never in CI.
 
 usage: python benchmarks/maxtext_compare.py [--cases NAME,...] [--out DIR] [--timeout S]
+                                           [--stack STACK] [--redo STACK]
        python benchmarks/maxtext_compare.py --one STACK CASE      (one compile, JSON on stdout)
 
-Writes DIR/results.json (every compile) and DIR/table.md (chinchax ÷ MaxText per case).
+Writes DIR/results.json (every compile, cumulative: a rerun compiles only the (stack, case)
+pairs it lacks, or a stack named by --redo again, e.g. chinchax after a change; each chinchax
+row records the commit it was compiled from) and DIR/table.md (chinchax ÷ MaxText per case).
 
 Settings that are not matched (said again in table.md):
   * MaxText's batch carries positions and segment ids beside the tokens ([B, T] int32 each);
@@ -24,6 +27,10 @@ Settings that are not matched (said again in table.md):
     chinchax's loss is its own (``model.loss``); both are kept as each stack ships them.
   * RMSNorm epsilon (1e-5 MaxText, 1e-6 chinchax) and init: numerics only, not the program.
   * MaxText's remat ``full`` and chinchax's ``full`` both save only each layer's input.
+  * GPU flash attention: MaxText's ``cudnn_flash_jax`` and chinchax's ``cudnn`` are both
+    ``jax.nn.dot_product_attention(implementation="cudnn")``; a deviceless compile lowers it
+    when ``nvidia-cudnn-cu12`` is installed (the .sh installs it), else JAX says "cuDNN not
+    found". MaxText's default GPU flash (``cudnn_flash_te``) needs Transformer Engine.
   * Splash blocks: MaxText's default 512 (``sa_block_*``); chinchax's per seq_len
     (``chinchax.model.attention.splash_block``: 512 where seq_len allows).
 """
@@ -48,15 +55,24 @@ MODELS = {
 CASES = {
     "125m-v5e16-data16": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 1),
     "125m-v5e16-fsdp16": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 1),
-    "125m-v5e8-data8": ("125m", "v5e-8", (8, 1), 128, 1024, "xla", 1),
-    "125m-v5e16-data16-M4": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 4),
     "1b-v5p32-fsdp16": ("1b", "v5p-32", (1, 16), 64, 2048, "xla", 1),
     "1b-v5p32-fsdp16-flash": ("1b", "v5p-32", (1, 16), 64, 2048, "flash", 1),
     "125m-v5e16-seq2048-flash": ("125m", "v5e-16", (1, 16), 128, 2048, "flash", 1),
+    "125m-v5e8-data8": ("125m", "v5e-8", (8, 1), 128, 1024, "xla", 1),
+    "125m-v5e16-data16-M4": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 4),
+    "125m-v5e16-data16-M8": ("125m", "v5e-16", (16, 1), 256, 1024, "xla", 8),
+    "125m-v5e16-fsdp16-M4": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 4),
+    "125m-v5e16-fsdp16-M8": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 8),
+    "125m-v5e16-fsdp16-M4-step": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 4),
     "125m-h100x8-data8": ("125m", "h100x8", (8, 1), 128, 1024, "xla", 1),
     "1b-h100x8-fsdp8": ("1b", "h100x8", (1, 8), 32, 2048, "xla", 1),
+    "125m-h100x8-data8-cudnn": ("125m", "h100x8", (8, 1), 128, 1024, "flash", 1),
 }
 REMAT = "full"
+# chinchax settings beside a case's defaults: on fsdp, train.grad_reduce=auto reduces per
+# microbatch (the sharded accumulator fsdp is chosen for); "step" reduces once per step
+CHINCHAX_TRAIN = {"125m-v5e16-fsdp16-M4-step": {"grad_reduce": "step"}}
+MAXTEXT_TOPOLOGY = {"h100x8": "a3"}  # MaxText's name for one host of 8 H100s (GCP's A3)
 STACKS = ("chinchax", "maxtext")
 
 
@@ -74,7 +90,8 @@ def chinchax_program(case: str):
                  tie_embeddings=False, remat=REMAT, scan_layers=True, compute_dtype="bfloat16",
                  attention={"xla": "xla", "flash": "splash" if target.platform == "tpu"
                             else "cudnn"}[attention])
-  c.train.update(global_batch_size=batch, seq_len=seq_len, microbatches=micro)
+  c.train.update(global_batch_size=batch, seq_len=seq_len, microbatches=micro,
+                 **CHINCHAX_TRAIN.get(case, {}))
   c.mesh.update(data=data, fsdp=fsdp, tensor=1)
   run = program_lib.compile_run(c, target, eval_step=False)
   return run.train, target
@@ -99,7 +116,7 @@ def maxtext_program(case: str):
   devices = topology.compile_devices(target)
   base = pathlib.Path(pyconfig.__file__).with_name("base.yml")
   attn = {"xla": "dot_product", "flash": "flash" if target.platform == "tpu"
-          else "cudnn_flash_te"}[attention]
+          else "cudnn_flash_jax"}[attention]
   argv = ["", str(base), f"run_name=compare_{case}", "base_output_directory=/tmp/maxtext_compare",
           f"base_emb_dim={m['d_model']}", f"base_num_query_heads={m['n_heads']}",
           f"base_num_kv_heads={m['n_kv_heads']}", f"base_mlp_dim={m['d_ff']}",
@@ -110,7 +127,8 @@ def maxtext_program(case: str):
           f"ici_data_parallelism={data}", f"ici_fsdp_parallelism={fsdp}",
           f"gradient_accumulation_steps={micro}", "dataset_type=synthetic",
           "enable_checkpointing=False", "enable_dropout=False", "dtype=bfloat16",
-          "weight_dtype=float32", "opt_type=adamw", f"compile_topology={spec}",
+          "weight_dtype=float32", "opt_type=adamw",
+          f"compile_topology={MAXTEXT_TOPOLOGY.get(spec, spec)}",
           "compile_topology_num_slices=1", "skip_jax_distributed_system=True",
           f"hardware={'tpu' if target.platform == 'tpu' else 'gpu'}"]
   config = pyconfig.initialize(argv)
@@ -133,9 +151,24 @@ def maxtext_program(case: str):
   return program_lib.compile_lowered("train_step", lower, len(devices)), target
 
 
-def one(stack: str, case: str) -> dict:
-  """Compiles one stack's program for one case; the numbers the table reads."""
+def one(stack: str, case: str, hlo_dir: str | None = None) -> dict:
+  """Compiles one stack's program for one case; the numbers the table reads. With
+  ``hlo_dir``, the optimized HLO text goes to ``hlo_dir/STACK-CASE.hlo.gz`` (the text the
+  collectives are counted on)."""
+  import gzip
   import jax
+  from chinchax.aot import hlo as hlo_lib
+  if hlo_dir:
+    count = hlo_lib.collectives
+
+    def keep(text, *args, **kwargs):
+      pathlib.Path(hlo_dir).mkdir(parents=True, exist_ok=True)
+      with gzip.open(pathlib.Path(hlo_dir) / f"{stack}-{case}.hlo.gz", "wt") as f:
+        f.write(text)
+      return count(text, *args, **kwargs)
+
+    hlo_lib.collectives = keep
+  commit = _commit() if stack == "chinchax" else None  # before the compile reads the tree
   start = time.perf_counter()
   result, target = (chinchax_program if stack == "chinchax" else maxtext_program)(case)
   coll = result.collectives.to_dict() if result.collectives is not None else {}
@@ -143,17 +176,44 @@ def one(stack: str, case: str) -> dict:
           "error": result.error, "oom": result.oom, "memory": result.memory,
           "flops": result.xla_flops, "bytes_accessed": result.xla_bytes,
           "collectives": {k: v for k, v in coll.items() if isinstance(v, dict) and "count" in v},
-          "seconds": time.perf_counter() - start, "jax": jax.__version__}
+          "seconds": time.perf_counter() - start, "jax": jax.__version__,
+          "commit": commit}
+
+
+def _commit() -> str | None:
+  """chinchax's git commit (``+dirty`` when the tree differs), or None outside a checkout."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  try:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                          capture_output=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           text=True, capture_output=True, check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return None
+  return head + ("+dirty" if dirty else "")
+
+
+def _mb(n: float) -> str:
+  """Bytes as MB: whole MB from 10 MB, else two significant digits."""
+  return f"{n / 1e6:.0f}" if n >= 1e7 else f"{n / 1e6:.2g}"
+
+
+def _pair(a, b, unit: float, digits: int) -> str:
+  """" (a/b)" in ``unit``s, or nothing where XLA gave no figure (GPU cost analysis without a
+  GPU)."""
+  return f" ({a / unit:.{digits}f}/{b / unit:.{digits}f})" if a is not None and b else ""
 
 
 def _ratio(a, b) -> str:
-  return f"{a / b:.2f}" if a is not None and b else "–"
+  return f"{a / b:.3f}" if a is not None and b else "–"
 
 
 def table(rows: dict) -> str:
   """The markdown table: chinchax ÷ MaxText per case (temporaries, XLA bytes accessed,
-  collective operand bytes by kind, FLOPs), with both stacks' absolute figures."""
-  out = ["| case | temporaries (GB) | bytes accessed | collective bytes (MB) by kind | FLOPs |",
+  collective operand bytes and op counts by kind, FLOPs), each followed by the two stacks'
+  absolute figures (chinchax/MaxText)."""
+  out = ["| case | temporaries (GB) | XLA bytes accessed (GB) | collective bytes (MB) by kind "
+         "| FLOPs (TFLOP) |",
          "|---|---|---|---|---|"]
   for case in CASES:
     c, x = rows.get(("chinchax", case)), rows.get(("maxtext", case))
@@ -169,10 +229,13 @@ def table(rows: dict) -> str:
       cb = c["collectives"].get(k, {}).get("operand_bytes", 0.0)
       xb = x["collectives"].get(k, {}).get("operand_bytes", 0.0)
       if cb or xb:
-        kinds.append(f"{k} {_ratio(cb, xb)} ({cb / 1e6:.0f}/{xb / 1e6:.0f})")
-    out.append(f"| {case} | {_ratio(ct, xt)} ({ct / 1e9:.2f}/{xt / 1e9:.2f}) | "
-               f"{_ratio(c['bytes_accessed'], x['bytes_accessed'])} | {', '.join(kinds) or '–'} | "
-               f"{_ratio(c['flops'], x['flops'])} |")
+        cn, xn = c["collectives"].get(k, {}).get("count", 0), x["collectives"].get(k, {}).get(
+            "count", 0)
+        kinds.append(f"{k} {_ratio(cb, xb)} ({_mb(cb)}/{_mb(xb)}; {cn}/{xn} ops)")
+    cb, xb, cf, xf = c["bytes_accessed"], x["bytes_accessed"], c["flops"], x["flops"]
+    out.append(f"| {case} | {_ratio(ct, xt)} ({ct / 1e9:.3f}/{xt / 1e9:.3f}) | "
+               f"{_ratio(cb, xb)}{_pair(cb, xb, 1e9, 2)} | {', '.join(kinds) or '–'} | "
+               f"{_ratio(cf, xf)}{_pair(cf, xf, 1e12, 3)} |")
   return "\n".join(out) + "\n"
 
 
@@ -182,13 +245,16 @@ def main() -> int:
   p.add_argument("--cases", default=",".join(CASES))
   p.add_argument("--out", default="benchmarks/figures/maxtext_compare")
   p.add_argument("--timeout", type=float, default=3600.0)
+  p.add_argument("--stack", choices=STACKS, help="compile only this stack's programs")
+  p.add_argument("--redo", choices=STACKS, help="compile this stack's cases again even when "
+                 "results.json holds them")
   a = p.parse_args()
   if a.one:
     stack, case = a.one
     if stack not in STACKS or case not in CASES:
       print(f"error: --one takes a stack of {STACKS} and a case of {list(CASES)}", file=sys.stderr)
       return 2
-    print(json.dumps(one(stack, case), default=float))
+    print(json.dumps(one(stack, case, os.environ.get("COMPARE_HLO_DIR")), default=float))
     return 0
   cases = [c for c in a.cases.split(",") if c]
   bad = [c for c in cases if c not in CASES]
@@ -202,8 +268,13 @@ def main() -> int:
           (json.loads(path.read_text()) if path.exists() else [])}
   for case in cases:
     for stack in STACKS:
+      if (stack, case) in done and not done[(stack, case)].get("error") and stack != a.redo:
+        continue
+      if a.stack and stack != a.stack:
+        continue
       r = subprocess.run([sys.executable, __file__, "--one", stack, case], capture_output=True,
-                         text=True, timeout=a.timeout, env=dict(os.environ))
+                         text=True, timeout=a.timeout,
+                         env=dict(os.environ, COMPARE_HLO_DIR=str(out / "hlo")))
       try:
         done[(stack, case)] = json.loads(r.stdout.strip().splitlines()[-1])
       except (IndexError, json.JSONDecodeError):

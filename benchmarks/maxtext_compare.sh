@@ -18,5 +18,9 @@ fi
 "$VENV/bin/pip" install -q --no-deps -e .
 "$VENV/bin/pip" install -q "ml-collections>=1.0,<2" "tensorboardX>=2.6" "tqdm>=4.66" "scipy>=1.11" \
     "matplotlib>=3.8" "tensorstore>=0.1.70,<0.2"
+# H100 rows: XLA's CUDA compiler without a GPU (deviceless, chinchax.aot.topology's target
+# config); cuDNN's wheel lets both stacks compile cuDNN flash attention there too.
+"$VENV/bin/pip" install -q "jax-cuda12-plugin==$("$VENV/bin/python" -c 'import jax; print(jax.__version__)')" \
+    "jax-cuda12-pjrt==$("$VENV/bin/python" -c 'import jax; print(jax.__version__)')" "nvidia-cudnn-cu12>=9.8,<10"
 "$VENV/bin/python" -c "import jax, maxtext, chinchax; print('jax', jax.__version__, jax.__file__)"
 exec "$VENV/bin/python" benchmarks/maxtext_compare.py "$@"

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from chinchax.data import sources
@@ -67,8 +68,18 @@ def test_an_old_run_resumes_from_its_step_10_checkpoint_to_the_same_loss(old_run
   assert "resum" in (r.stdout + r.stderr).lower()
   got = json.loads((old_run / "summary.json").read_text())
   assert got["steps"] == want["steps"] == 20
-  assert got["final_train_loss"] == want["final_train_loss"]
-  assert got["final_eval_loss"] == want["final_eval_loss"]
+  for key in ("final_train_loss", "final_eval_loss"):
+    _same_loss(got[key], want[key])
+
+
+def _same_loss(got: float, want: float) -> None:
+  """Bitwise under the JAX minor version that trained the golden run (0.10); another XLA's CPU
+  fusion sums float32 in another order (jax 0.12: 4.2348084 for 4.2348089), so there the
+  losses agree to float32 round-off of a 20-step run."""
+  if jax.__version__.startswith("0.10."):
+    assert got == want
+  else:
+    assert abs(got - want) <= 1e-6 * abs(want), (got, want)
 
 
 def test_an_old_run_exports_and_samples(old_run, tmp_path):

@@ -32,15 +32,21 @@ Precision of the xla path, by the dtype of q, k, v:
   float32   scores q kᵀ, softmax and its gradient in float32, by plain autodiff (the CPU
             default; the bitwise reference every equality test holds the others to).
   bfloat16  q kᵀ is a bf16 matmul with bf16 output (accumulated in float32 by the MXU / tensor
-            cores), as MaxText's default; the scale, mask, max, exp and sum of the softmax run in
-            float32 inside one fusion, and its output, the probabilities, is stored once in bf16:
-            the [B, H, T, T] buffer the backward keeps (:func:`_softmax_low`'s custom gradient,
-            which recomputes p·(g − Σ p·g) in float32 from it and returns the scores' gradient
-            in bf16). Plain autodiff would keep the float32 probabilities (jax.nn.softmax saves
-            its output) beside the bf16 copy the p·v matmul reads: 3× the bytes of the one
-            bf16 buffer. The softmax statistics (max, sum) stay float32 because a bf16 sum of T
-            terms loses about log2(T) of bf16's 8 bits; a bf16 score loses nothing the bf16
-            probabilities do not already lose.
+            cores), as MaxText's default. The scale, mask, max, exp and sum run in float32
+            inside one fusion whose outputs are the row sums l (float32 [.., t]) and the
+            unnormalised exponentials e = exp(s − max) in (0, 1], stored once in bf16: the one
+            [B, H, T, T] buffer, read by the e·v matmul (float32 accumulation) whose [B, T, H, K]
+            output is divided by l (the normalisation after the matmul, as flash attention and
+            MaxText's dot-product path do). :func:`_attend_low`'s custom gradient keeps e, l, v
+            and the output, and computes p·(dp − rowsum(g ⊙ out)), p = e / l, in float32 inside
+            its fusions, returning the scores' gradient in bf16; v's gradient is eᵀ·(g / l),
+            the division again on the [B, T, H, K] side. Plain autodiff would keep the
+            float32 exponentials (exp saves its output) beside the bf16 copy: 3× the bytes of
+            the one bf16 buffer; normalising before the matmul made XLA write the float32
+            exponentials too (a reduction and its broadcast consumer are two kernels on TPU:
+            +0.4 GB of temporaries at 125M, 16 sequences of 1,024 per device). The statistics
+            (max, sum) stay float32 because a bf16 sum of T terms loses about log2(T) of
+            bf16's 8 bits; a bf16 score loses nothing the bf16 exponentials do not already lose.
   cudnn and splash keep their kernels' own numerics (float32 statistics, 16-bit tiles).
 """
 
@@ -204,8 +210,7 @@ def causal_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
     mask_BHTT = mask_TT[None, None]
     if same_doc_BTT is not None:
       mask_BHTT = mask_BHTT & same_doc_BTT[:, None]
-    probs_BHTT = _probs(scores_BHTT, mask_BHTT, K, v_BTGK.dtype)
-    return jnp.einsum("bhts,bshk->bthk", probs_BHTT, v_BTGK)
+    return _attend(scores_BHTT, mask_BHTT, v_BTGK, K, ("bhts", "bshk", "bthk"))
   # Grouped: the R = H/G query heads of a group share its key/value head.
   q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
   scores_BGRTT = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BTGK,
@@ -213,43 +218,62 @@ def causal_attention(q_BTHK: jax.Array, k_BTGK: jax.Array, v_BTGK: jax.Array, *,
   mask_BGRTT = mask_TT[None, None, None]
   if same_doc_BTT is not None:
     mask_BGRTT = mask_BGRTT & same_doc_BTT[:, None, None]
-  probs_BGRTT = _probs(scores_BGRTT, mask_BGRTT, K, v_BTGK.dtype)
-  return jnp.einsum("bgrts,bsgk->btgrk", probs_BGRTT, v_BTGK).reshape(B, T, H, K)
+  out_BTGRK = _attend(scores_BGRTT, mask_BGRTT, v_BTGK, K, ("bgrts", "bsgk", "btgrk"))
+  return out_BTGRK.reshape(B, T, H, K)
 
 
-def _probs(scores, mask, head_dim: int, out_dtype):
-  """softmax(scores / √head_dim, masked) over the last axis, in ``out_dtype``.
+def _attend(scores, mask, v, head_dim: int, specs: tuple[str, str, str]):
+  """softmax(scores / √head_dim, masked) · v, in the dtype of ``v``; ``specs`` are the einsum
+  letters of scores ([..., t, s]), v and the output.
 
-  float32 scores: plain autodiff (the reference). 16-bit scores: :func:`_softmax_low`.
+  float32 scores: plain autodiff of softmax then the p·v einsum (the reference). 16-bit
+  scores: :func:`_attend_low` (module docstring).
   """
+  s_spec, v_spec, o_spec = specs
   if scores.dtype == jnp.float32:
     scores = jnp.where(mask, scores / jnp.sqrt(jnp.float32(head_dim)), jnp.finfo(jnp.float32).min)
-    return jax.nn.softmax(scores, axis=-1).astype(out_dtype)
-  return _softmax_low(scores, mask, head_dim).astype(out_dtype)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum(f"{s_spec},{v_spec}->{o_spec}", probs, v)
+  return _attend_low(scores, mask, v, head_dim, specs)
 
 
-def _softmax_f32(scores, mask, head_dim):
-  s32 = scores.astype(jnp.float32) / jnp.sqrt(jnp.float32(head_dim))
-  return jax.nn.softmax(jnp.where(mask, s32, jnp.finfo(jnp.float32).min), axis=-1)
+def _attend_low_fwd(scores, mask, v, head_dim, specs):
+  s_spec, v_spec, o_spec = specs
+  s32 = jnp.where(mask, scores.astype(jnp.float32) / jnp.sqrt(jnp.float32(head_dim)),
+                  jnp.finfo(jnp.float32).min)
+  e32 = jnp.exp(s32 - jnp.max(s32, axis=-1, keepdims=True))  # masked: 0
+  l = jnp.sum(e32, axis=-1)  # float32 [..., t]: the normaliser, applied after the p·v matmul
+  e = e32.astype(scores.dtype)  # the one [.., t, s] buffer: unnormalised, in (0, 1]
+  out32 = jnp.einsum(f"{s_spec},{v_spec}->{o_spec}", e, v, preferred_element_type=jnp.float32)
+  l_o = jnp.einsum(f"{s_spec[:-1]}->{o_spec[:-1]}", l)
+  out = (out32 / l_o[..., None]).astype(v.dtype)
+  return out, (e, l, v, out)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _softmax_low(scores, mask, head_dim):
-  """Masked softmax of 16-bit scores: float32 arithmetic, 16-bit output and residual
-  (module docstring)."""
-  return _softmax_f32(scores, mask, head_dim).astype(scores.dtype)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _attend_low(scores, mask, v, head_dim, specs):
+  """Masked softmax · v of 16-bit scores: float32 statistics, one 16-bit [.., t, s] buffer
+  (the unnormalised exponentials), normalised after the p·v matmul (module docstring)."""
+  return _attend_low_fwd(scores, mask, v, head_dim, specs)[0]
 
 
-def _softmax_low_fwd(scores, mask, head_dim):
-  p = _softmax_f32(scores, mask, head_dim).astype(scores.dtype)
-  return p, (p,)
+def _attend_low_bwd(head_dim, specs, res, g):
+  # p = e / l; dv = pᵀ·g; dp = g·vᵀ; dscores = p (dp − rowsum(g ⊙ out)) / √head_dim
+  # (rowsum(p ⊙ dp) = g·out, the flash-attention identity: no second pass over [t, s]).
+  # dv = Σ_t e_ts (g_t / l_t): the division on the [.., t, k] side, so no p [.., t, s] is written.
+  s_spec, v_spec, o_spec = specs
+  e, l, v, out = res
+  inv_l = 1.0 / l
+  p32 = e.astype(jnp.float32) * inv_l[..., None]
+  g_l = g.astype(jnp.float32) / jnp.einsum(f"{s_spec[:-1]}->{o_spec[:-1]}", l)[..., None]
+  dv = jnp.einsum(f"{s_spec},{o_spec}->{v_spec}", e, g_l.astype(e.dtype),
+                  preferred_element_type=jnp.float32)
+  dp = jnp.einsum(f"{o_spec},{v_spec}->{s_spec}", g.astype(e.dtype), v)
+  d_o = jnp.einsum(f"{o_spec},{o_spec}->{o_spec[:-1]}", g.astype(jnp.float32),
+                   out.astype(jnp.float32))
+  d = jnp.einsum(f"{o_spec[:-1]}->{s_spec[:-1]}", d_o)
+  ds = p32 * (dp.astype(jnp.float32) - d[..., None]) / jnp.sqrt(jnp.float32(head_dim))
+  return ds.astype(e.dtype), None, dv.astype(v.dtype)
 
 
-def _softmax_low_bwd(head_dim, res, g):
-  (p,) = res
-  p32, g32 = p.astype(jnp.float32), g.astype(jnp.float32)
-  d32 = p32 * (g32 - jnp.sum(p32 * g32, axis=-1, keepdims=True))  # masked: p = 0, so d = 0
-  return (d32 / jnp.sqrt(jnp.float32(head_dim))).astype(p.dtype), None
-
-
-_softmax_low.defvjp(_softmax_low_fwd, _softmax_low_bwd)
+_attend_low.defvjp(_attend_low_fwd, _attend_low_bwd)

@@ -292,10 +292,45 @@ def project(x_BTD: jax.Array, head_DV: jax.Array) -> jax.Array:
   16-bit logits, not float32: the head's output and its gradient are the largest activations
   of a small model (V·4 bytes per token each in float32), and the head's gradient exchange
   (FSDP) moves 16-bit values. The matmul still accumulates in float32 on TPU and GPU; the loss
-  (``chinchax.train.loss``) does its logsumexp in float32 from these logits."""
+  (``chinchax.train.loss``) does its logsumexp in float32 from these logits.
+
+  16-bit gradient: :func:`_project_low` computes both of the head's gradients, the stream's
+  and the weights', before either leaves it, so the logits' gradient [B, T, V] dies before
+  the layers' backward starts (plain autodiff left XLA's GPU scheduler free to postpone the
+  weights' matmul, and its all-reduce, past the backward loop, holding the [B, T, V] buffer
+  beside the loop's gradient accumulators)."""
+  if x_BTD.dtype != jnp.float32:
+    return _project_low(x_BTD, head_DV)
+  return _project(x_BTD, head_DV)
+
+
+def _project(x_BTD, head_DV):
   logits_BTV = jnp.einsum("btd,dv->btv", sharding.constrain(x_BTD, _BTD), head_DV,
                           preferred_element_type=x_BTD.dtype)
   return sharding.constrain(logits_BTV, ("batch", "seq", "vocab"))
+
+
+@jax.custom_vjp
+def _project_low(x_BTD, head_DV):
+  return _project(x_BTD, head_DV)
+
+
+def _project_low_fwd(x_BTD, head_DV):
+  return _project(x_BTD, head_DV), (x_BTD, head_DV)
+
+
+def _project_low_bwd(res, g_BTV):
+  x_BTD, head_DV = res
+  g_BTV = sharding.constrain(g_BTV, ("batch", "seq", "vocab"))
+  dx_BTD = sharding.constrain(jnp.einsum("btv,dv->btd", g_BTV, head_DV,
+                                         preferred_element_type=x_BTD.dtype), _BTD)
+  dhead_DV = jnp.einsum("btd,btv->dv", sharding.constrain(x_BTD, _BTD), g_BTV,
+                        preferred_element_type=head_DV.dtype)
+  # one barrier over both: neither gradient is released until both matmuls ran
+  return tuple(jax.lax.optimization_barrier((dx_BTD, dhead_DV)))
+
+
+_project_low.defvjp(_project_low_fwd, _project_low_bwd)
 
 
 # Every parameter's role, by its leaf name: the weight-decay mask (chinchax.train.optim) reads
