@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # chinchax's compiled train step beside MaxText's (benchmarks/maxtext_compare.py): builds its
 # own environment, never run in CI. maxtext 0.2.5 needs Python >= 3.12 and brings jax 0.12 and
-# libtpu; chinchax goes in with --no-deps (its pin says jax<0.11; the comparison runs both on
-# the one jax/XLA maxtext installs). The environment is $VENV (default
+# libtpu; chinchax goes in with --no-deps (the comparison runs both stacks on the one jax/XLA
+# maxtext installs, within chinchax's own jax range). The environment is $VENV (default
 # benchmarks/.venv-maxtext, gitignored); a second run reuses it.
 #   bash benchmarks/maxtext_compare.sh [--cases 125m-v5e8-data8,125m-v5e16-data16] [--out DIR]
 set -euo pipefail
