@@ -98,6 +98,25 @@ def test_lease_heartbeat_expiry_takeover_and_release(tmp_path):
   assert lc.gen == 2 and a.try_claim("r1") is None
 
 
+def test_a_lease_read_mid_rewrite_is_held_until_its_text_stops_changing(tmp_path):
+  now = [0.0]
+  a = ladder.Leases(tmp_path, "A", 10.0, clock=lambda: now[0])
+  b = ladder.Leases(tmp_path, "B", 10.0, clock=lambda: now[0])
+  la = a.try_claim("r1")
+  whole = (tmp_path / "r1.0").read_text()
+  (tmp_path / "r1.0").write_text(whole[:len(whole) // 2])  # what a non-atomic rewrite shows
+  assert b.state("r1")[0] == "held" and b.try_claim("r1") is None  # no traceback, no takeover
+  (tmp_path / "r1.0").write_text(whole)  # the rewrite completes: an ordinary lease again
+  now[0] = 5.0
+  assert b.state("r1") == ("held", json.loads(whole))
+  (tmp_path / "r1.0").write_text(whole[:7])  # torn for good (its writer died mid-write)
+  now[0] = 6.0
+  assert b.try_claim("r1") is None
+  now[0] = 16.5  # unchanged for 10.5 s of B's clock: expired like any silent lease
+  lb = b.try_claim("r1")
+  assert lb is not None and lb.gen == 1 and la.lost()
+
+
 def test_fit_is_claimed_once_when_the_ladder_settles(tmp_path):
   (tmp_path / "grid.json").write_text(json.dumps(["a", "b"]))
   table = ladder.ResultsTable(tmp_path / "results.jsonl", ["a", "b"])

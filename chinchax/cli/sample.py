@@ -9,7 +9,9 @@ the softmax of logits/T, cut to the --top-k most likely and then to the --top-p 
 likely probability mass. A trials run samples its best trial (--trial K another).
 A line of timings goes to stderr.
 
-Example (the README's `chinchax train`: bytes of Python source, seq_len 128):
+runs/default below is the README's `chinchax train` (bytes of Python source, seq_len 128).
+
+Example:
   chinchax sample runs/default --prompt "def __init__(self" --max-new-tokens 96 --top-p 0.9
 """
 

@@ -105,8 +105,8 @@ def _attempt(row: dict | None, held: lease_lib.Lease) -> int:
   if before is None:
     return spent + 1
   if state == "expired":
-    return max(spent, before["attempt"]) + 1
-  if before["released"] in ("preempted", "skipped"):
+    return max(spent, before.get("attempt", 0)) + 1
+  if before.get("released") in ("preempted", "skipped"):
     return max(spent + 1, before["attempt"])
   return spent + 1
 
@@ -254,7 +254,7 @@ def run_states(plan: LadderPlan, owner: str = "status") -> list[tuple[grid.Ladde
     row = table.rows.get(r.run_id)
     state, content = leases.state(r.run_id)
     if state == "held" and (row is None or row.get("status") != "done"):
-      out.append((r, f"running on {content['owner']} (lease {content['gen']})"))
+      out.append((r, f"running on {content.get('owner', '?')} (lease {content.get('gen', '?')})"))
     elif row is None:
       out.append((r, "pending"))
     elif row.get("status") == "done":

@@ -42,6 +42,12 @@ import time
 
 from chinchax.storage import atomic as files
 
+# A lease read that is not JSON is read again this many times (a store whose rewrites are not
+# atomic, e.g. an emulator's filesystem backend, can show a file mid-rewrite) before it is judged
+# by its raw text under the key TORN.
+TORN_READS = 5
+TORN = "unreadable"
+
 LEASES_DIR = "leases"
 
 
@@ -157,20 +163,27 @@ class Leases:
     self._gen[run_id] = g
     if g < 0:
       return g, None
-    try:
-      text = self._path(run_id, g).read_text()
-    except FileNotFoundError:
-      return g, None
-    return g, json.loads(text)
+    for attempt in range(TORN_READS):
+      try:
+        text = self._path(run_id, g).read_text()
+      except FileNotFoundError:
+        return g, None
+      try:
+        return g, json.loads(text)
+      except ValueError:  # caught mid-rewrite by a store whose rewrites are not atomic
+        time.sleep(0.05 * (attempt + 1))
+    return g, {TORN: text}  # judged by its text alone: held until unchanged for expiry_s
 
   def state(self, run_id: str) -> tuple[str, dict | None]:
     """``("free" | "released" | "held" | "expired", content)`` of a run's current lease."""
     g, content = self.current(run_id)
     if content is None:
       return "free", None
-    if content["released"]:
+    if TORN in content:
+      pass
+    elif content["released"]:
       return "released", content
-    if self.dead is not None and self.dead(content):
+    elif self.dead is not None and self.dead(content):
       return "expired", content
     text = json.dumps(content, sort_keys=True)
     now = self.clock()
