@@ -67,8 +67,19 @@ def _partitioned_gradient_collectives(c, dump_dir):
   writes, since XLA:CPU then widens every bfloat16 all-reduce to float32 (a TPU or GPU reduces
   bfloat16 as it is)."""
   program, _ = _program(c)
-  program.lower().compile({"xla_dump_to": str(dump_dir), "xla_dump_hlo_as_text": True,
-                           "xla_dump_hlo_pass_re": "spmd-partitioning"})
+  # A hit in a persistent compilation cache (one an earlier in-process command turned on) would
+  # skip XLA's passes, and with them the dump: off for this compile. JAX decides once per
+  # process whether the cache is used, so that decision is reset around it.
+  from jax._src import compilation_cache
+  enabled = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  compilation_cache.reset_cache()
+  try:
+    program.lower().compile({"xla_dump_to": str(dump_dir), "xla_dump_hlo_as_text": True,
+                             "xla_dump_hlo_pass_re": "spmd-partitioning"})
+  finally:
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    compilation_cache.reset_cache()
   text, = [p.read_text() for p in dump_dir.glob("*train_step*after_spmd-partitioning*")]
   summary = hlo_lib.collectives(text, jax.device_count())
   assert summary.unknown_trip_loops == 0
