@@ -64,6 +64,7 @@ CASES = {
     "125m-v5e16-fsdp16-M4": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 4),
     "125m-v5e16-fsdp16-M8": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 8),
     "125m-v5e16-fsdp16-M4-step": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 4),
+    "125m-v5e16-fsdp16-M8-step": ("125m", "v5e-16", (1, 16), 256, 1024, "xla", 8),
     "125m-h100x8-data8": ("125m", "h100x8", (8, 1), 128, 1024, "xla", 1),
     "1b-h100x8-fsdp8": ("1b", "h100x8", (1, 8), 32, 2048, "xla", 1),
     "125m-h100x8-data8-cudnn": ("125m", "h100x8", (8, 1), 128, 1024, "flash", 1),
@@ -71,7 +72,8 @@ CASES = {
 REMAT = "full"
 # chinchax settings beside a case's defaults: on fsdp, train.grad_reduce=auto reduces per
 # microbatch (the sharded accumulator fsdp is chosen for); "step" reduces once per step
-CHINCHAX_TRAIN = {"125m-v5e16-fsdp16-M4-step": {"grad_reduce": "step"}}
+CHINCHAX_TRAIN = {"125m-v5e16-fsdp16-M4-step": {"grad_reduce": "step"},
+                  "125m-v5e16-fsdp16-M8-step": {"grad_reduce": "step"}}
 MAXTEXT_TOPOLOGY = {"h100x8": "a3"}  # MaxText's name for one host of 8 H100s (GCP's A3)
 STACKS = ("chinchax", "maxtext")
 
