@@ -116,19 +116,34 @@ def test_mesh_memory_by_hand():
   est = work.mesh_memory_per_device(shape, 8, mesh={"data": 1, "fsdp": 4, "tensor": 1},
                                     remat="full", profile=prof)
   tokens = 8 * 32 / 4
-  layer = 2 * (4 * 64 + 4 * 4 * 16 + 3 * 128) + 4 * 4 * 32  # bf16 tensors, f32 probabilities
+  exps = 2 * 4 * 32  # bf16 [n_heads, T] exponentials per token
+  layer = 2 * (4 * 64 + 4 * 4 * 16 + 3 * 128) + exps  # bf16 tensors and exponentials
   assert est.state == 16 * n / 4
   assert est.activations == tokens * 2 * 2 * 64  # each layer's bf16 input
-  assert est.working == tokens * max(4 * 256, 2 * layer)
+  # the loss's bf16 logits and the sharded head's bf16 gradient; a recomputed layer and the
+  # exponentials' gradient
+  assert est.working == tokens * max(4 * 256, layer + exps)
+  # bf16 weights of one layer of the two (scanned, cast one at a time) and of the rest
+  assert est.gathered_weights == 2 * (n - budget.layer_matmul_params(shape))
   none = work.mesh_memory_per_device(shape, 8, mesh={"data": 4, "fsdp": 1, "tensor": 1},
                                      profile=prof)
-  assert none.state == 16 * n and none.activations == tokens * 2 * (layer + 4 * 4 * 32)
+  assert none.state == 16 * n and none.activations == tokens * 2 * layer
   assert none.gathered_weights == 2 * n
   tp = work.mesh_memory_per_device(shape, 8, mesh={"data": 2, "fsdp": 1, "tensor": 2},
                                    remat="full", profile=prof)
   assert tp.state == 16 * n / 2 and tp.working == (8 * 32 / 2) * max(
-      4 * 256 / 2, 2 * (2 * (4 * 64 + (4 * 4 * 16 + 3 * 128) / 2) + 4 * 4 * 32 / 2))
+      4 * 256 / 2, 2 * (4 * 64 + (4 * 4 * 16 + 3 * 128) / 2) + 2 * exps / 2)
   assert tp.activations == (8 * 32 / 2) * 2 * (2 * 64 + 2 * 64)  # the input held twice
+  # float32 compute: plain autodiff keeps the scores beside the probabilities without remat,
+  # and a recomputed layer's backward holds its tensors and their gradients
+  f32 = work.ExecutionProfile(4, True, False)
+  layer32 = 4 * (4 * 64 + 4 * 4 * 16 + 3 * 128) + 4 * 4 * 32
+  none32 = work.mesh_memory_per_device(shape, 8, mesh={"data": 4, "fsdp": 1, "tensor": 1},
+                                       profile=f32)
+  assert none32.activations == tokens * 2 * (layer32 + 4 * 4 * 32)
+  full32 = work.mesh_memory_per_device(shape, 8, mesh={"data": 4, "fsdp": 1, "tensor": 1},
+                                       remat="full", profile=f32)
+  assert full32.working == tokens * max(4 * 256, 2 * layer32)
   with pytest.raises(work.StepTimeError, match="remat"):
     work.mesh_memory_per_device(shape, 8, mesh={"data": 1}, remat="some")
 

@@ -27,7 +27,7 @@ from chinchax.planning import planner
 
 SHAPE = budget.ModelShape(vocab_size=128256, d_model=256, n_layers=2, n_heads=4, d_ff=512,
                           seq_len=1024, tie_embeddings=False)
-BF16_FLASH = work.ExecutionProfile(2, False, True)
+BF16_FLASH = work.ExecutionProfile.from_names("bfloat16", "cudnn")
 
 
 def test_memory_model_microbatch_terms_by_hand():
@@ -38,8 +38,8 @@ def test_memory_model_microbatch_terms_by_hand():
   rows = 64 / 8 / 4  # one microbatch's sequences per device
   layer = 2 * (4 * 256 + 4 * 256 + 3 * 512)  # bf16 forward tensors per token, no probabilities
   assert four.activations == rows * 1024 * 2 * layer
-  # the logits: float32 and, the head being FSDP-sharded, their bf16 gradient: 6 bytes each
-  assert four.working == max(rows * 1024 * 6 * 128256, rows * 1024 * layer)
+  # the bf16 logits and, the head being FSDP-sharded, their bf16 gradient: 4 bytes each
+  assert four.working == max(rows * 1024 * 4 * 128256, rows * 1024 * layer)
   assert four.accumulation == 4 * n / 4 and one.accumulation == 0  # f32, over fsdp
   assert (four.state, four.gathered_weights) == (one.state, one.gathered_weights) == (
       16 * n / 4, 2 * n)  # remat none: every gathered layer stays live
@@ -55,16 +55,17 @@ def test_memory_model_loss_chunk_by_hand():
   chunked = work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", profile=BF16_FLASH,
                                         loss_chunk=128)
   rows = 16 / 8
-  assert full.working == rows * 1024 * 6 * 128256 / 2  # logits + bf16 gradient, V over tensor
+  assert full.working == rows * 1024 * 4 * 128256 / 2  # logits + bf16 gradient, V over tensor
   data = work.mesh_memory_per_device(SHAPE, 16, mesh={"data": 8, "fsdp": 1, "tensor": 2},
                                      remat="full", profile=BF16_FLASH)
-  assert data.working == rows * 1024 * 4 * 128256 / 2  # no FSDP: the float32 logits alone
+  assert data.working == rows * 1024 * 2 * 128256 / 2  # no FSDP: the bf16 logits alone
   layer = 2 * (4 * 256 + (4 * 256 + 3 * 512) / 2)
-  assert chunked.working == max(rows * 128 * 6 * 128256 / 2, rows * 1024 * 2 * layer)
+  # a recomputed layer's forward tensors (its gradients pass through: no probabilities here)
+  assert chunked.working == max(rows * 128 * 4 * 128256 / 2, rows * 1024 * layer)
   assert chunked.activations == full.activations and chunked.state == full.state
   gpu = work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", loss_chunk=128,
                                     profile=work.ExecutionProfile.for_kind("gpu"))
-  assert gpu.working == rows * 128 * 8 * 128256 / 2  # GPU: the logits and their gradient
+  assert gpu.working == rows * 128 * 4 * 128256 / 2  # GPU as TPU: logits + bf16 gradient
   # A chunk longer than the sequence is the whole sequence.
   assert work.mesh_memory_per_device(SHAPE, 16, mesh=mesh, remat="full", profile=BF16_FLASH,
                                      loss_chunk=4096).working == full.working
@@ -116,9 +117,10 @@ def test_planner_picks_the_smallest_fitting_microbatches_and_writes_them(tmp_pat
 
 
 def test_remat_only_when_no_microbatching_fits():
-  # One 2048-token sequence of this 4B shape without remat needs more than a v5e's 16 GB
-  # beside its states, so the planner must recompute; with remat it fits at some M.
-  shape = budget.ModelShape(vocab_size=257, d_model=3072, n_layers=32, n_heads=24, d_ff=8192,
+  # One 2048-token sequence of this 5.4B shape without remat needs more than a v5e's 16 GB
+  # beside its states (its bf16 weights alone are 10.9 GB), so the planner must recompute;
+  # with remat it fits at some M.
+  shape = budget.ModelShape(vocab_size=257, d_model=3072, n_layers=48, n_heads=24, d_ff=8192,
                             seq_len=2048)
   hw = _hw("v5e-256")
   fit = layout.choose_layout(shape, 512, hw)
@@ -178,10 +180,10 @@ def test_the_step_time_of_a_plan_counts_its_microbatches():
 
 def _c125m():
   c = config_lib.get_variant("125m")
-  c.train.update(global_batch_size=256, seq_len=1024)
+  c.train.update(global_batch_size=512, seq_len=1024)
   c.mesh.update(data=-1, fsdp=1, tensor=1)
-  # XLA attention keeps [B, H, T, T] scores, so remat=none needs microbatches at this batch;
-  # with attention=auto (splash on a TPU) one microbatch would fit
+  # XLA attention keeps a bf16 [B, H, T, T] buffer per layer, so remat=none needs microbatches
+  # at this batch (32 sequences per device)
   c.model.attention = "xla"
   return c
 
@@ -195,8 +197,8 @@ def test_search_variants_carry_the_smallest_analytic_microbatches():
   for v in none:
     spec = program_lib.check_config(v, target)
     prof = report_lib.profile_of(spec.model)
-    choices = layout.microbatch_choices(256, spec.mesh["data"] * spec.mesh["fsdp"])
-    mem = {m: work.mesh_memory_per_device(spec.shape(), 256, mesh=spec.mesh, profile=prof,
+    choices = layout.microbatch_choices(512, spec.mesh["data"] * spec.mesh["fsdp"])
+    mem = {m: work.mesh_memory_per_device(spec.shape(), 512, mesh=spec.mesh, profile=prof,
                                           microbatches=m).total for m in choices}
     cap = 0.85 * target.memory_per_device
     assert mem[v.train.microbatches] <= cap

@@ -43,12 +43,12 @@ def _profile(run: CompiledRun) -> work.ExecutionProfile:
 
 def profile_of(m, platform: str = "tpu") -> work.ExecutionProfile:
   """The execution profile of a resolved model config (compute dtype, attention kernel) on a
-  target platform ("tpu" or "gpu": how many bytes per logit the loss phase holds, and whether
-  a scanned layer stack keeps the elementwise residuals, ``work.ExecutionProfile``)."""
+  target platform ("tpu" or "gpu": whether a scanned layer stack keeps the elementwise
+  residuals, ``work.ExecutionProfile``)."""
   return work.ExecutionProfile(activation_bytes=4 if m.compute_dtype == "float32" else 2,
                                materialized_attention=m.attention == "xla",
                                causal_skip=m.attention in ("cudnn", "splash"),
-                               logits_bytes=8 if platform == "gpu" else 4,
+                               logits_bytes=4 if m.compute_dtype == "float32" else 2,
                                elementwise_residuals=(platform == "gpu"
                                                       and bool(getattr(m, "scan_layers", True))))
 

@@ -19,6 +19,12 @@ class StepTimeError(errors.UserError):
   """An execution profile, step-time model or step-time file that cannot be used."""
 
 
+# The splash kernel's key/value blocks are multiples of the TPU's 128 lanes: ``attention=auto``
+# runs it on a TPU only at a seq_len that is a multiple of this
+# (``chinchax.model.attention.splash_block``).
+SPLASH_LANES = 128
+
+
 @dataclasses.dataclass(frozen=True)
 class ExecutionProfile:
   """How a train step executes, as far as FLOPs and bytes go.
@@ -28,9 +34,10 @@ class ExecutionProfile:
     materialized_attention: the seq_len × seq_len attention probabilities are
       written to and read back from memory (chinchax's ``xla`` attention).
     causal_skip: the attention kernel skips the masked half (cuDNN flash).
-    logits_bytes: bytes per logit (position × vocab entry) the loss phase holds: 4 where
-      XLA writes the float32 logits' gradient over the logits (TPU), 8 where both live
-      (GPU) — calibrated on the AOT memory table's 1B rows (docs/compile-tpu.md).
+    logits_bytes: bytes per logit (position × vocab entry) the loss phase holds: the
+      compute dtype's, one buffer (the logits, whose gradient the loss's custom VJP writes
+      in their place: ``chinchax.train.loss``); 4 under float32 compute. Calibrated on the
+      programs of ``benchmarks/maxtext_compare.py`` (docs/compile-tpu.md).
     elementwise_residuals: without remat the backward also keeps what the elementwise ops
       save (GPU, layers scanned — ``model.scan_layers``, as every ladder run and the larger
       variants): each RMSNorm's float32 input and normalised input (16·d_model bytes per
@@ -47,24 +54,33 @@ class ExecutionProfile:
   elementwise_residuals: bool = False
 
   @staticmethod
-  def for_kind(kind: str, scanned: bool = False) -> "ExecutionProfile":
-    """chinchax's defaults: CPU float32 + xla attention; GPU bf16 + cuDNN; TPU bf16 + xla;
-    ``scanned``: the layers run by ``nnx.scan`` (``model.scan_layers``)."""
+  def for_kind(kind: str, scanned: bool = False,
+               seq_len: int | None = None) -> "ExecutionProfile":
+    """What ``model.attention=auto`` runs on a device kind: CPU float32 + xla attention; GPU
+    bf16 + cuDNN; TPU bf16 + the splash kernel when ``seq_len`` is a multiple of
+    :data:`SPLASH_LANES` (or not given), else xla. ``scanned``: the layers run by
+    ``nnx.scan`` (``model.scan_layers``). Logits in the compute dtype (2 bytes under bf16)."""
     if kind == "cpu":
       return ExecutionProfile(4, True, False)
     if kind == "gpu":
-      return ExecutionProfile(2, False, True, logits_bytes=8, elementwise_residuals=scanned)
-    return ExecutionProfile(2, True, False)
+      return ExecutionProfile(2, False, True, logits_bytes=2, elementwise_residuals=scanned)
+    splash = seq_len is None or seq_len % SPLASH_LANES == 0
+    return ExecutionProfile(2, not splash, splash, logits_bytes=2)
 
   @staticmethod
   def from_names(compute_dtype: str, attention: str) -> "ExecutionProfile":
-    """Profile from a config's compute dtype and attention implementation names."""
+    """Profile from a config's compute dtype and (resolved) attention implementation names.
+
+    Raises:
+      StepTimeError: a compute dtype other than float32 / bfloat16, an attention other
+        than xla / cudnn / splash.
+    """
     if compute_dtype not in ("float32", "bfloat16"):
       raise StepTimeError(f"compute_dtype={compute_dtype!r} is not 'float32' or 'bfloat16'")
-    if attention not in ("xla", "cudnn"):
-      raise StepTimeError(f"attention={attention!r} is not 'xla' or 'cudnn'")
-    return ExecutionProfile(4 if compute_dtype == "float32" else 2, attention == "xla",
-                            attention == "cudnn")
+    if attention not in ("xla", "cudnn", "splash"):
+      raise StepTimeError(f"attention={attention!r} is not 'xla', 'cudnn' or 'splash'")
+    a = 4 if compute_dtype == "float32" else 2
+    return ExecutionProfile(a, attention == "xla", attention != "xla", logits_bytes=a)
 
 
 # Bytes per parameter per step with float32 parameters and AdamW state:
@@ -258,22 +274,31 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   layer's input is held twice (as the previous layer's all-reduced output and as
   the next one's saved input): one more d_model per layer and token, calibrated
   on the tensor-parallel rows of ``benchmarks/aot_memory.py``. The loss phase
-  (float32 logits, ``profile.logits_bytes`` per position and vocab entry over
-  tensor: 4 on TPU, 8 on GPU; with fsdp > 1 at least 4 + the compute dtype's bytes, the
-  sharded head's gradient of the logits beside them: calibrated on the 1B rows at a
-  128,256-token vocabulary on v5p-32 and h100x8) and a layer's backward (its forward tensors,
-  recomputed under remat, and their gradients) do not overlap; the larger counts.
+  (logits in the compute dtype, ``profile.logits_bytes`` per position and vocab entry over
+  tensor; with fsdp > 1 twice the compute dtype's bytes, the sharded head's gradient of the
+  logits beside them) and a layer's backward do not overlap; the larger counts. The backward
+  of a recomputed layer (remat dots or full) holds its forward tensors and their gradients
+  under float32 compute; under a 16-bit one, whose attention keeps one 16-bit [n_heads, T, T]
+  buffer of exponentials (``chinchax.model.attention``), its forward tensors and that
+  buffer's gradient beside it (the other gradients pass through). Without remat the 16-bit
+  attention saves that one buffer, float32 autodiff the scores beside the probabilities.
+  With a 16-bit compute dtype and remat, the scanned stack casts one layer's weights at a
+  time: the compute-dtype copy held is one layer's and the embedding's and head's.
+  Calibrated on the 125M programs of ``benchmarks/maxtext_compare.py`` (jax 0.12, libtpu
+  0.0.52: v5e-16 data 16 at M = 1, 4, 8, fsdp 16 at M = 1, 4, 8, seq_len 2,048 with splash;
+  h100x8 data 8, cuDNN and xla attention): 0.96–1.16 of XLA, docs/compile-tpu.md.
 
   Microbatches (``train.microbatches`` M, gradient accumulation): the
   activations, a layer's backward and the loss phase hold one microbatch's
   tokens, B·T / (data·fsdp·M) per device, so they scale with 1/M; the state,
   the gathered weights and the gradient do not; M > 1 adds the float32
   accumulator, 4 bytes per parameter over fsdp × tensor (``accumulation``). With one
-  reduction per step (``grad_reduce="step"``, :func:`resolve_grad_reduce`) and fsdp > 1 each
-  device accumulates its own unreduced gradient, a full float32 copy that the scan holds twice
-  (its carry in and out: 8 bytes per parameter over tensor; without fsdp the second one is the
-  state's gradient), from weights gathered once per step in the compute dtype (all of them, as
-  without fsdp: ``a`` bytes per parameter over tensor). Calibrated on ``configs/train.py:125m``
+  reduction per step (``grad_reduce="step"``, :func:`resolve_grad_reduce`) the weights are
+  cast (and with fsdp > 1 gathered) once per step, before the microbatch scan: all of them in
+  the compute dtype, ``a`` bytes per parameter over tensor; with fsdp > 1 each device
+  accumulates its own unreduced gradient, a full float32 copy that the scan holds twice (its
+  carry in and out: 8 bytes per parameter over tensor; without fsdp the second one is the
+  state's gradient). Calibrated on ``configs/train.py:125m``
   (vocab 32,000, remat full) on v5e-16 over fsdp 16 at M = 4: XLA 2.13 GB, this 2.07 GB.
 
   Chunked loss (``loss_chunk`` C > 0 positions, ``train.loss_chunk_size``
@@ -301,32 +326,38 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   tokens = rows * shape.seq_len
   a = profile.activation_bytes
   hk = shape.n_heads * shape.head_dim
-  probs = 4 * shape.n_heads * shape.seq_len / tensor if profile.materialized_attention else 0
+  # materialised attention: float32 probabilities (plain autodiff), or under a 16-bit compute
+  # dtype the one 16-bit buffer of unnormalised exponentials (chinchax.model.attention)
+  probs = a * shape.n_heads * shape.seq_len / tensor if profile.materialized_attention else 0
   layer = a * (4 * shape.d_model + (4 * hk + 3 * shape.d_ff) / tensor) + probs
-  if remat == "none":  # materialised attention keeps its float32 scores beside the probabilities
-    saved, backward = layer + probs, layer
+  # a recomputed layer's backward: its forward tensors and their gradients under float32
+  # autodiff; under 16-bit attention's custom gradient the gradient of the exponentials
+  # overwrites itself with that of the scores, the rest of the gradients pass through
+  recomputed = 2 * layer if a == 4 else layer + probs
+  if remat == "none":  # float32 autodiff keeps the masked scores beside the probabilities
+    saved, backward = layer + (probs if a == 4 else 0), layer
   elif remat == "dots":
-    saved, backward = a * (shape.d_model + (4 * hk + 2 * shape.d_ff) / tensor), 2 * layer
+    saved, backward = a * (shape.d_model + (4 * hk + 2 * shape.d_ff) / tensor), recomputed
   else:
-    saved, backward = a * shape.d_model, 2 * layer
+    saved, backward = a * shape.d_model, recomputed
   if tensor > 1:
     saved += a * shape.d_model
   if remat == "none" and profile.elementwise_residuals:
     saved += 16 * shape.d_model + 2 * a * shape.d_ff / tensor
   layer_weights = budget.layer_matmul_params(shape)
-  live_layers = shape.n_layers if remat == "none" or fsdp == 1 else 1
+  live_layers = shape.n_layers if remat == "none" else 1
   embed = n - shape.n_layers * layer_weights
-  gathered = a * (live_layers * layer_weights + embed) / tensor if fsdp > 1 else \
-      a * n / tensor
+  gathered = a * (live_layers * layer_weights + embed) / tensor
   loss_positions = rows * (min(loss_chunk, shape.seq_len) if loss_chunk else shape.seq_len)
   per_logit = profile.logits_bytes
   if fsdp > 1:  # the FSDP-sharded head keeps the logits' compute-dtype gradient beside them
-    per_logit = max(per_logit, 4 + a)
+    per_logit = max(per_logit, 2 * a)
   loss = loss_positions * per_logit * shape.vocab_size / tensor
   accumulation = 4 * n / (fsdp * tensor) if microbatches > 1 else 0.0
-  if microbatches > 1 and grad_reduce == "step" and fsdp > 1:
-    accumulation = 8 * n / tensor  # the scan's float32 carry, in and out
-    gathered = a * n / tensor
+  if microbatches > 1 and grad_reduce == "step":
+    gathered = a * n / tensor  # cast (and gathered) once, before the microbatch scan
+    if fsdp > 1:
+      accumulation = 8 * n / tensor  # the scan's float32 carry, in and out
   return MemoryEstimate(state=STATE_BYTES_PER_PARAM * n / (fsdp * tensor),
                         gathered_weights=gathered,
                         activations=tokens * shape.n_layers * saved,

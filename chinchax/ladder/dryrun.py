@@ -136,7 +136,7 @@ def render(dry: DryRun, precision: dict | None = None) -> str:
   h, acc = dry.hardware, dry.hardware.accelerator
   head = [f"ladder dry run on {h.spec} ({h.n_devices}× {acc.display_name}, "
            f"{acc.memory_bytes / 1e9:.3g} GB each): {len(dry.grid_costs)} runs over "
-           f"C = {dry.c_min:.3g} … {dry.c_max:.3g} FLOPs, then 1 validation run (V)",
+           f"C = {dry.c_min:.3g} … {dry.c_max:.3g} FLOPs, then the validation run (V)",
            ]
   lines = [HEADER]
   for i, c in enumerate(dry.costs, 1):

@@ -108,7 +108,7 @@ def run_layout(run: grid.LadderRun, lc, hardware: hardware_lib.Hardware, model=N
   b = run.hparams.global_batch_size
   m = next((m for m in layout_lib.microbatch_choices(b, dp) if m >= lay.microbatches
             and b // m // dp <= rows), lay.microbatches)
-  prof = layout_lib.profile_for(hardware, model, SCANNED)
+  prof = layout_lib.profile_for(hardware, model, SCANNED, run.shape.seq_len)
   mem = layout_lib.memory(run.shape, b, lay.mesh, microbatches=m, remat=lay.remat,
                           loss_chunk=lay.loss_chunk, profile=prof)
   t = (None if model is None else layout_lib.predict_step(
@@ -194,7 +194,8 @@ def check_fits(costs: list[RunCost], hardware: hardware_lib.Hardware) -> None:
   ok = [c for c in costs if c.layout.fits and c.run.role == "grid"]
   n = layout_lib.min_devices(worst.run.shape, worst.run.hparams.global_batch_size, hardware,
                              loss_chunk=worst.layout.loss_chunk,
-                             profile=layout_lib.profile_for(hardware, scanned=SCANNED))
+                             profile=layout_lib.profile_for(hardware, scanned=SCANNED,
+                                                            seq_len=worst.run.shape.seq_len))
   acc = hardware.accelerator
   lay = worst.layout
   more = f"{n} {acc.display_name} devices" if n else "no device count (one sequence is too large)"

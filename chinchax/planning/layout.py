@@ -92,11 +92,12 @@ def planned_mesh(hardware: hardware_lib.Hardware) -> dict:
 
 
 def profile_for(hardware: hardware_lib.Hardware, model: Any = None,
-                scanned: bool = False) -> work.ExecutionProfile:
-  """The step-time model's execution profile, else the accelerator kind's default for layers
-  run by a Python loop or (``scanned``) by ``nnx.scan`` (``work.ExecutionProfile.for_kind``)."""
+                scanned: bool = False, seq_len: int | None = None) -> work.ExecutionProfile:
+  """The step-time model's execution profile, else what ``model.attention=auto`` runs on the
+  accelerator kind at ``seq_len`` (splash on a TPU at a multiple of 128) for layers run by a
+  Python loop or (``scanned``) by ``nnx.scan`` (``work.ExecutionProfile.for_kind``)."""
   return getattr(model, "profile", None) or work.ExecutionProfile.for_kind(
-      hardware.accelerator.kind, scanned)
+      hardware.accelerator.kind, scanned, seq_len)
 
 
 def predict_step(model: Any, shape: budget.ModelShape, global_batch_size: int, *,
@@ -154,7 +155,7 @@ def choose_layout(shape: budget.ModelShape, global_batch_size: int,
     scanned: the run's layers are scanned (``model.scan_layers``; :func:`profile_for`).
   """
   model = model or step_time_lib.RooflineStepTime(hardware)
-  profile = profile_for(hardware, model, scanned)
+  profile = profile_for(hardware, model, scanned, shape.seq_len)
   mesh = planned_mesh(hardware)
   chunk = work.resolve_loss_chunk(loss_chunk_size, hardware.accelerator.kind, shape.seq_len,
                                   shape.vocab_size)
@@ -181,7 +182,7 @@ def min_devices(shape: budget.ModelShape, global_batch_size: int,
   """The smallest device count n whose devices fit the run: FSDP over n, remat full and one
   sequence per device per microbatch (with the accumulator when B > n); None when even that
   does not fit below :data:`MAX_DEVICES` (one sequence's activations exceed a device)."""
-  profile = profile or profile_for(hardware)
+  profile = profile or profile_for(hardware, seq_len=shape.seq_len)
   cap = (1.0 - MEMORY_HEADROOM) * hardware.accelerator.memory_bytes
 
   def fits(n: int) -> bool:
@@ -230,5 +231,6 @@ def fit_plan(plan: Any, hardware: hardware_lib.Hardware, model: Any = None,
     plan.step_time_s = fit.step_time_s
   if not fit.fits:
     plan.warnings.append(no_fit_warning(fit, plan.chosen.shape, hardware,
-                                        profile_for(hardware, model)))
+                                        profile_for(hardware, model,
+                                                    seq_len=plan.chosen.shape.seq_len)))
   return fit
