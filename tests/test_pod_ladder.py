@@ -145,6 +145,19 @@ def test_compile_ladder_lists_every_distinct_program_with_the_planners_layout():
     ladder_run.ladder_programs(_pod(hardware="h100x8"), topology_lib.parse_target("v5e-4"))
 
 
+def test_compile_ladder_says_when_the_ladder_was_planned_for_other_hardware(capsys):
+  """ladder.hardware v5e-8 compiled on h100x8 (same device count): the v5e-8 layouts, and one
+  warning naming the flag that plans the ladder for the topology; none when they agree."""
+  from chinchax.aot import ladder_run
+  from chinchax.aot import topology as topology_lib
+  gpu = ladder_run.ladder_programs(_pod(hardware="v5e-8"), topology_lib.parse_target("h100x8"))
+  err = capsys.readouterr().err
+  assert "--config.ladder.hardware=h100x8" in err and "v5e-8" in err
+  tpu = ladder_run.ladder_programs(_pod(hardware="v5e-8"), topology_lib.parse_target("v5e-8"))
+  assert "ladder.hardware" not in capsys.readouterr().err
+  assert [p.run_ids for p in gpu] == [p.run_ids for p in tpu]
+
+
 @pytest.mark.parametrize("args, words", [
     (["--config.ladder.hardware=v9z-8", "--topology", "v5e-8"], ["v9z-8", "v5e", "h100"]),
     (["--config.ladder.hardware=v5e-1", "--config.ladder.c_max=3e19", "--topology", "v5e-1"],

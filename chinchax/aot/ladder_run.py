@@ -17,6 +17,7 @@ import dataclasses
 import pathlib
 
 from chinchax import config as config_lib
+from chinchax import console
 from chinchax.aot.topology import AotError, Target
 from chinchax.cost import hardware as hardware_lib
 from chinchax.ladder import grid
@@ -60,6 +61,10 @@ def _hardware(config, target: Target) -> hardware_lib.Hardware | None:
     raise AotError(f"ladder.hardware={lc.hardware!r} has {hw.n_devices} devices but --topology "
                    f"{target.spec} has {target.n_devices}; give the same target to both (or "
                    f"leave ladder.hardware unset)")
+  if hw.spec != target.spec:
+    console.warn(f"compiling the ladder planned for ladder.hardware={hw.spec} (its layouts, "
+                 f"microbatches and remat) on --topology {target.spec}; "
+                 f"--config.ladder.hardware={target.spec} plans it for {target.spec}")
   return hw
 
 
