@@ -38,19 +38,13 @@ MIN_HEADROOM = 0.05
 
 
 def _profile(run: CompiledRun) -> work.ExecutionProfile:
-  return profile_of(run.spec.model, run.target.platform)
+  return profile_of(run.spec.model)
 
 
-def profile_of(m, platform: str = "tpu") -> work.ExecutionProfile:
-  """The execution profile of a resolved model config (compute dtype, attention kernel) on a
-  target platform ("tpu" or "gpu": whether a scanned layer stack keeps the elementwise
-  residuals, ``work.ExecutionProfile``)."""
-  return work.ExecutionProfile(activation_bytes=4 if m.compute_dtype == "float32" else 2,
-                               materialized_attention=m.attention == "xla",
-                               causal_skip=m.attention in ("cudnn", "splash"),
-                               logits_bytes=4 if m.compute_dtype == "float32" else 2,
-                               elementwise_residuals=(platform == "gpu"
-                                                      and bool(getattr(m, "scan_layers", True))))
+def profile_of(m) -> work.ExecutionProfile:
+  """The execution profile of a resolved model config (compute dtype, attention kernel that
+  runs: ``work.ExecutionProfile.from_names``), the same on TPU and GPU."""
+  return work.ExecutionProfile.from_names(m.compute_dtype, m.attention)
 
 
 def analytic(run: CompiledRun) -> dict:

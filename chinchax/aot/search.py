@@ -181,7 +181,7 @@ def microbatch_options(config, target: Target) -> tuple[list[int], int]:
                                   shape.vocab_size)
   m, _ = layout_lib.smallest_microbatches(
       shape, spec.global_batch_size, spec.mesh, remat=spec.model.remat, loss_chunk=chunk,
-      profile=report_lib.profile_of(spec.model, target.platform),
+      profile=report_lib.profile_of(spec.model),
       capacity=target.memory_per_device)
   return layout_lib.microbatch_choices(spec.global_batch_size, dp), m
 

@@ -38,32 +38,27 @@ class ExecutionProfile:
       compute dtype's, one buffer (the logits, whose gradient the loss's custom VJP writes
       in their place: ``chinchax.train.loss``); 4 under float32 compute. Calibrated on the
       programs of ``benchmarks/maxtext_compare.py`` (docs/compile-tpu.md).
-    elementwise_residuals: without remat the backward also keeps what the elementwise ops
-      save (GPU, layers scanned — ``model.scan_layers``, as every ladder run and the larger
-      variants): each RMSNorm's float32 input and normalised input (16·d_model bytes per
-      layer for the two) and SwiGLU's sigmoid and silu outputs (2·d_ff in the compute
-      dtype); XLA on TPU, and on GPU over an unrolled stack, recomputes them inside its
-      fusions instead. Calibrated on the h100x8 pod-ladder programs (docs/ladder.md:
-      26·d_model bytes per token and layer beyond the rest at d_ff ≈ 2.7·d_model, within 4%).
+
+  The elementwise ops' own residuals (RMSNorm's float32 upcast, SwiGLU's sigmoid) are not
+  counted: under a 16-bit compute dtype the model recomputes them from 16-bit tensors it keeps
+  anyway (``chinchax.model.transformer``), on GPU as on TPU.
   """
 
   activation_bytes: int = 2
   materialized_attention: bool = True
   causal_skip: bool = False
   logits_bytes: int = 4
-  elementwise_residuals: bool = False
 
   @staticmethod
-  def for_kind(kind: str, scanned: bool = False,
-               seq_len: int | None = None) -> "ExecutionProfile":
+  def for_kind(kind: str, seq_len: int | None = None) -> "ExecutionProfile":
     """What ``model.attention=auto`` runs on a device kind: CPU float32 + xla attention; GPU
     bf16 + cuDNN; TPU bf16 + the splash kernel when ``seq_len`` is a multiple of
-    :data:`SPLASH_LANES` (or not given), else xla. ``scanned``: the layers run by
-    ``nnx.scan`` (``model.scan_layers``). Logits in the compute dtype (2 bytes under bf16)."""
+    :data:`SPLASH_LANES` (or not given), else xla. Logits in the compute dtype (2 bytes
+    under bf16)."""
     if kind == "cpu":
       return ExecutionProfile(4, True, False)
     if kind == "gpu":
-      return ExecutionProfile(2, False, True, logits_bytes=2, elementwise_residuals=scanned)
+      return ExecutionProfile(2, False, True, logits_bytes=2)
     splash = seq_len is None or seq_len % SPLASH_LANES == 0
     return ExecutionProfile(2, not splash, splash, logits_bytes=2)
 
@@ -342,8 +337,6 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
     saved, backward = a * shape.d_model, recomputed
   if tensor > 1:
     saved += a * shape.d_model
-  if remat == "none" and profile.elementwise_residuals:
-    saved += 16 * shape.d_model + 2 * a * shape.d_ff / tensor
   layer_weights = budget.layer_matmul_params(shape)
   live_layers = shape.n_layers if remat == "none" else 1
   embed = n - shape.n_layers * layer_weights

@@ -29,9 +29,6 @@ from chinchax.planning import layout as layout_lib
 from chinchax.planning import shapes as shapes_lib
 import chinchax.ladder.grid as grid
 
-# The pod variant scans its layers (model.scan_layers, chinchax/config/ladders.py): on GPU the
-# memory model counts what a scanned stack keeps (work.ExecutionProfile.elementwise_residuals).
-SCANNED = True
 SIZING_ROUNDS = 6  # fixed-point rounds of size_budgets (hours ∝ c_max to a few % per round)
 
 
@@ -100,7 +97,7 @@ def run_layout(run: grid.LadderRun, lc, hardware: hardware_lib.Hardware, model=N
   """The planner's layout of ``run`` on ``hardware``; with ``ladder.microbatch_rows`` > 0, M
   raised until a microbatch holds at most that many sequences per device."""
   lay = layout_lib.choose_layout(run.shape, run.hparams.global_batch_size, hardware,
-                                 model=model, loss_chunk_size=loss_chunk_size, scanned=SCANNED)
+                                 model=model, loss_chunk_size=loss_chunk_size)
   rows = int(lc.microbatch_rows)
   dp = lay.mesh["data"] * lay.mesh["fsdp"]
   if rows <= 0 or lay.microbatch_size // dp <= rows:
@@ -108,7 +105,7 @@ def run_layout(run: grid.LadderRun, lc, hardware: hardware_lib.Hardware, model=N
   b = run.hparams.global_batch_size
   m = next((m for m in layout_lib.microbatch_choices(b, dp) if m >= lay.microbatches
             and b // m // dp <= rows), lay.microbatches)
-  prof = layout_lib.profile_for(hardware, model, SCANNED, run.shape.seq_len)
+  prof = layout_lib.profile_for(hardware, model, run.shape.seq_len)
   mem = layout_lib.memory(run.shape, b, lay.mesh, microbatches=m, remat=lay.remat,
                           loss_chunk=lay.loss_chunk, profile=prof)
   t = (None if model is None else layout_lib.predict_step(
@@ -194,7 +191,7 @@ def check_fits(costs: list[RunCost], hardware: hardware_lib.Hardware) -> None:
   ok = [c for c in costs if c.layout.fits and c.run.role == "grid"]
   n = layout_lib.min_devices(worst.run.shape, worst.run.hparams.global_batch_size, hardware,
                              loss_chunk=worst.layout.loss_chunk,
-                             profile=layout_lib.profile_for(hardware, scanned=SCANNED,
+                             profile=layout_lib.profile_for(hardware,
                                                             seq_len=worst.run.shape.seq_len))
   acc = hardware.accelerator
   lay = worst.layout

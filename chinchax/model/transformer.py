@@ -116,9 +116,30 @@ class RMSNorm(nnx.Module):
                            eager_sharding=False)
 
   def __call__(self, x_BTD: jax.Array) -> jax.Array:
-    x32 = x_BTD.astype(jnp.float32)
-    rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (x32 * rms * self.scale[...]).astype(x_BTD.dtype)
+    norm = _rms_norm if x_BTD.dtype == jnp.float32 else _rms_norm_low
+    return norm(x_BTD, self.scale[...], self.eps)
+
+
+def _rms_norm(x_BTD: jax.Array, scale_D: jax.Array, eps: float) -> jax.Array:
+  x32 = x_BTD.astype(jnp.float32)
+  rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return (x32 * rms * scale_D).astype(x_BTD.dtype)
+
+
+# 16-bit input: the backward recomputes the float32 upcast and the normalised stream from the
+# 16-bit input, which is kept anyway, instead of keeping both in float32 (8·d_model bytes per
+# token each; XLA's GPU compiler kept them for every layer without remat, and the final norm's
+# upcast lived through the loss on TPU). Same values: the forward is unchanged.
+_rms_norm_low = jax.checkpoint(_rms_norm, static_argnums=(2,))
+
+
+def _swiglu(gate_BTF: jax.Array, up_BTF: jax.Array) -> jax.Array:
+  return jax.nn.silu(gate_BTF) * up_BTF
+
+
+# 16-bit: silu's sigmoid and output are recomputed from the gate in the backward, not kept
+# beside the gate and up projections (2·d_ff 16-bit values per token and layer on GPU)
+_swiglu_low = jax.checkpoint(_swiglu)
 
 
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
@@ -183,7 +204,8 @@ class MLP(nnx.Module):
     dt = x_BTD.dtype
     gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_gate_DF[...].astype(dt))
     up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_up_DF[...].astype(dt))
-    h_BTF = sharding.constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "seq", "mlp"))
+    swiglu = _swiglu if dt == jnp.float32 else _swiglu_low
+    h_BTF = sharding.constrain(swiglu(gate_BTF, up_BTF), ("batch", "seq", "mlp"))
     return jnp.einsum("btf,fd->btd", h_BTF, self.w_down_FD[...].astype(dt))
 
 

@@ -92,12 +92,12 @@ def planned_mesh(hardware: hardware_lib.Hardware) -> dict:
 
 
 def profile_for(hardware: hardware_lib.Hardware, model: Any = None,
-                scanned: bool = False, seq_len: int | None = None) -> work.ExecutionProfile:
+                seq_len: int | None = None) -> work.ExecutionProfile:
   """The step-time model's execution profile, else what ``model.attention=auto`` runs on the
-  accelerator kind at ``seq_len`` (splash on a TPU at a multiple of 128) for layers run by a
-  Python loop or (``scanned``) by ``nnx.scan`` (``work.ExecutionProfile.for_kind``)."""
+  accelerator kind at ``seq_len`` (splash on a TPU at a multiple of 128;
+  ``work.ExecutionProfile.for_kind``)."""
   return getattr(model, "profile", None) or work.ExecutionProfile.for_kind(
-      hardware.accelerator.kind, scanned, seq_len)
+      hardware.accelerator.kind, seq_len)
 
 
 def predict_step(model: Any, shape: budget.ModelShape, global_batch_size: int, *,
@@ -140,7 +140,7 @@ def smallest_microbatches(shape: budget.ModelShape, global_batch_size: int, mesh
 
 def choose_layout(shape: budget.ModelShape, global_batch_size: int,
                   hardware: hardware_lib.Hardware, *, model: Any = None,
-                  loss_chunk_size: Any = "auto", scanned: bool = False) -> Layout:
+                  loss_chunk_size: Any = "auto") -> Layout:
   """The layout of the module doc: per remat policy the smallest fitting M, the fastest of
   those (ties: the lighter remat); when none fits, remat full at the largest M (whose
   ``fits`` is False).
@@ -152,10 +152,9 @@ def choose_layout(shape: budget.ModelShape, global_batch_size: int,
     model: step-time model (default: the hardware's roofline).
     loss_chunk_size: ``train.loss_chunk_size`` ("auto" or positions), resolved for the
       hardware's kind by ``work.resolve_loss_chunk``.
-    scanned: the run's layers are scanned (``model.scan_layers``; :func:`profile_for`).
   """
   model = model or step_time_lib.RooflineStepTime(hardware)
-  profile = profile_for(hardware, model, scanned, shape.seq_len)
+  profile = profile_for(hardware, model, shape.seq_len)
   mesh = planned_mesh(hardware)
   chunk = work.resolve_loss_chunk(loss_chunk_size, hardware.accelerator.kind, shape.seq_len,
                                   shape.vocab_size)
