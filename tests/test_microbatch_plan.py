@@ -6,6 +6,7 @@ budgets end without a memory warning; a plan that fits nowhere names the device 
 that would; the compile search carries M (compiles stubbed; tests/test_aot.py compiles).
 """
 
+import dataclasses
 import importlib.util
 import math
 
@@ -250,6 +251,16 @@ def test_report_counts_the_compiled_microbatches():
   est = work.mesh_memory_per_device(spec.shape(), spec.global_batch_size, mesh=spec.mesh,
                                     profile=report_lib.profile_of(spec.model), microbatches=2)
   assert rep["analytic"]["memory"]["total"] == est.total
-  assert "microbatch loop" in rep["roofline"]["hbm_bytes_source"]  # XLA counts its body once
+  # XLA counts the microbatch loop's body once: its bytes (1e9 here) scaled by the analytic
+  # step over the analytic bytes of one microbatch through what the body holds
+  shape, b, n = spec.shape(), spec.global_batch_size, target.n_devices
+  counted = dataclasses.replace(shape, n_layers=1) if spec.model.scan_layers else shape
+  prof = report_lib.profile_of(spec.model)
+  want = 1e9 * (work.bytes_per_step(shape, b, n_devices=n, profile=prof, microbatches=2)
+                / work.bytes_per_step(counted, b // 2, n_devices=n, profile=prof))
+  acc = target.accelerator
+  assert rep["roofline"]["hbm_s"] * acc.hbm_bandwidth / report_lib.devices_per_chip(run) == \
+      pytest.approx(want)
+  assert "one microbatch of 2" in rep["roofline"]["hbm_bytes_source"]
   assert f"= M 2 × microbatch {spec.global_batch_size // 2}" in report_lib.render(rep)
   assert math.isfinite(rep["roofline"]["step_s"])

@@ -13,8 +13,9 @@ dict (``chinchax compile --json`` prints it) and :func:`render` into the table.
   scanned model is compared per layer: the analytic count taken with one layer.
 * Roofline step time (Williams et al. 2009): compute = analytic FLOPs × the
   remat recompute factor (:func:`recompute_factor`) / peak (a device's share of its chip's),
-  HBM = bytes / bandwidth (XLA's bytes, scaled from one scanned layer to all,
-  or the analytic bytes where XLA gives none), interconnect = the collectives'
+  HBM = bytes / bandwidth (XLA's bytes, which count each loop body once, scaled by the
+  analytic step over the analytic count of one microbatch through one scanned layer; the
+  analytic bytes where XLA gives none), interconnect = the collectives'
   ring wire bytes / half the chip's two-way interconnect bandwidth (one
   direction's share), data-center network (DCN) = the bytes a device sends between slices
   (``chinchax.aot.hlo``: TPU multi-slice transfers, or groups that span GPU hosts) / the
@@ -64,7 +65,11 @@ def analytic(run: CompiledRun) -> dict:
   return {"flops": flops, "bytes": nbytes, "memory": mem.to_dict(), "data_ways": data_ways,
           "flops_one_layer": work.step_flops(one, gbs, n_devices=n_dev, profile=prof),
           "bytes_one_layer": work.bytes_per_step(one, gbs, n_devices=n_dev, profile=prof,
-                                                 microbatches=m)}
+                                                 microbatches=m),
+          # what XLA's cost analysis counts: each loop body once (the microbatch loop's, the
+          # scanned layers'), so one microbatch through one layer (all of them unscanned)
+          "bytes_counted": work.bytes_per_step(one if run.spec.model.scan_layers else shape,
+                                               gbs // m, n_devices=n_dev, profile=prof)}
 
 
 def recompute_factor(run: CompiledRun) -> float:
@@ -87,13 +92,15 @@ def roofline(run: CompiledRun, ana: dict) -> dict:
   scanned = run.spec.model.scan_layers
   share = devices_per_chip(run)  # a device's share of its chip's peak and bandwidths
   compute = ana["flops"] * recompute_factor(run) / (acc.peak_flops / share)
-  if t.xla_bytes is not None and run.microbatches > 1:
-    # XLA counts the microbatch loop's body once: the analytic bytes (weights read M times).
-    hbm_bytes, hbm_src = ana["bytes"], "analytic (XLA counts the microbatch loop once)"
-  elif t.xla_bytes is not None:
-    scale = ana["bytes"] / ana["bytes_one_layer"] if scanned else 1.0
-    hbm_bytes, hbm_src = t.xla_bytes * scale, ("XLA, scaled from one scanned layer" if scanned
-                                               else "XLA")
+  if t.xla_bytes is not None:
+    # XLA counts each loop body once (the microbatch loop's, the scanned layers'): its bytes
+    # scaled by the analytic step over the analytic count of what it counted, so layouts with
+    # and without microbatches or scanned layers are ranked on the same footing
+    hbm_bytes = t.xla_bytes * ana["bytes"] / ana["bytes_counted"]
+    hbm_src = ("XLA" if not scanned and run.microbatches == 1 else
+               "XLA, scaled from " + " of ".join(
+                   ([f"one microbatch of {run.microbatches}"] if run.microbatches > 1 else [])
+                   + (["one scanned layer"] if scanned else [])))
   else:
     hbm_bytes, hbm_src = ana["bytes"], "analytic"
   hbm = hbm_bytes / (acc.hbm_bandwidth / share)
