@@ -108,16 +108,21 @@ def _param(rngs: nnx.Rngs, shape, std: float, names: tuple[str, ...]) -> nnx.Par
 
 
 class RMSNorm(nnx.Module):
-  """RMSNorm (Zhang & Sennrich 2019): x / rms(x) · scale, computed in float32."""
+  """RMSNorm (Zhang & Sennrich 2019): x / rms(x) · scale, computed in float32.
 
-  def __init__(self, d_model: int, eps: float):
+  ``recompute``: on a 16-bit input the backward recomputes the float32 upcast from the input
+  (:data:`_rms_norm_low`); for norms that no enclosing remat recomputes already.
+  """
+
+  def __init__(self, d_model: int, eps: float, recompute: bool = True):
     self.eps = eps
+    self.recompute = recompute
     self.scale = nnx.Param(jnp.ones((d_model,), jnp.float32), out_sharding=("norm",),
                            eager_sharding=False)
 
   def __call__(self, x_BTD: jax.Array) -> jax.Array:
-    norm = _rms_norm if x_BTD.dtype == jnp.float32 else _rms_norm_low
-    return norm(x_BTD, self.scale[...], self.eps)
+    low = self.recompute and x_BTD.dtype != jnp.float32
+    return (_rms_norm_low if low else _rms_norm)(x_BTD, self.scale[...], self.eps)
 
 
 def _rms_norm(x_BTD: jax.Array, scale_D: jax.Array, eps: float) -> jax.Array:
@@ -138,7 +143,9 @@ def _swiglu(gate_BTF: jax.Array, up_BTF: jax.Array) -> jax.Array:
 
 
 # 16-bit: silu's sigmoid and output are recomputed from the gate in the backward, not kept
-# beside the gate and up projections (2·d_ff 16-bit values per token and layer on GPU)
+# beside the gate and up projections (2·d_ff 16-bit values per token and layer on GPU).
+# Only without remat: under remat the block's backward recomputes them anyway, and the nested
+# checkpoints cost XLA's TPU program 24 MB more (configs/train.py:125m, remat full, v5e-16).
 _swiglu_low = jax.checkpoint(_swiglu)
 
 
@@ -195,6 +202,7 @@ class MLP(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     D, F = cfg.d_model, cfg.d_ff
+    self.recompute = cfg.remat == "none"  # see _swiglu_low
     self.w_gate_DF = _param(rngs, (D, F), cfg.init_std, ("embed", "mlp"))
     self.w_up_DF = _param(rngs, (D, F), cfg.init_std, ("embed", "mlp"))
     self.w_down_FD = _param(rngs, (F, D), cfg.init_std / (2 * cfg.n_layers) ** 0.5,
@@ -204,7 +212,7 @@ class MLP(nnx.Module):
     dt = x_BTD.dtype
     gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_gate_DF[...].astype(dt))
     up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.w_up_DF[...].astype(dt))
-    swiglu = _swiglu if dt == jnp.float32 else _swiglu_low
+    swiglu = _swiglu_low if self.recompute and dt != jnp.float32 else _swiglu
     h_BTF = sharding.constrain(swiglu(gate_BTF, up_BTF), ("batch", "seq", "mlp"))
     return jnp.einsum("btf,fd->btd", h_BTF, self.w_down_FD[...].astype(dt))
 
@@ -213,9 +221,10 @@ class Block(nnx.Module):
   """Pre-norm transformer block: x + attn(norm(x)); x + mlp(norm(x))."""
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    # under remat the block's backward recomputes its norms from its input already
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, recompute=cfg.remat == "none")
     self.attn = Attention(cfg, rngs)
-    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, recompute=cfg.remat == "none")
     self.mlp = MLP(cfg, rngs)
 
   def __call__(self, x_BTD, sin_TK2, cos_TK2, segment_ids_BT=None):
