@@ -134,6 +134,20 @@ def test_mesh_memory_by_hand():
   assert tp.state == 16 * n / 2 and tp.working == (8 * 32 / 2) * max(
       4 * 256 / 2, 2 * (4 * 64 + (4 * 4 * 16 + 3 * 128) / 2) + 2 * exps / 2)
   assert tp.activations == (8 * 32 / 2) * 2 * (2 * 64 + 2 * 64)  # the input held twice
+  # splash (TPU): no probabilities; the kernel keeps its [B, H, T, K] copies of q, k, v and the
+  # output and its float32 logsumexp padded to 128 lanes, per token and layer
+  splash = work.mesh_memory_per_device(shape, 8, mesh={"data": 4, "fsdp": 1, "tensor": 1},
+                                       profile=work.ExecutionProfile.from_names("bfloat16",
+                                                                                "splash"))
+  kernel = 2 * (2 * 4 * 16 + 2 * 4 * 16) + 4 * 128 * 4
+  assert splash.activations == tokens * 2 * (2 * (4 * 64 + 4 * 4 * 16 + 3 * 128) + kernel)
+  assert work.ExecutionProfile.for_kind("tpu", seq_len=2048).splash_residuals
+  assert not work.ExecutionProfile.for_kind("tpu", seq_len=100).splash_residuals  # xla there
+  assert not work.ExecutionProfile.for_kind("gpu").splash_residuals
+  from chinchax.model import attention  # the planner's TPU profile is what auto runs there
+  for t in (100, 128, 1000, 1024, 2048):
+    runs_splash = attention.resolve_impl("auto", "tpu", "bfloat16", seq_len=t) == "splash"
+    assert runs_splash == work.ExecutionProfile.for_kind("tpu", seq_len=t).splash_residuals, t
   # float32 compute: plain autodiff keeps the scores beside the probabilities without remat,
   # and a recomputed layer's backward holds its tensors and their gradients
   f32 = work.ExecutionProfile(4, True, False)

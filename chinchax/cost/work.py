@@ -33,7 +33,12 @@ class ExecutionProfile:
     activation_bytes: bytes per activation element (4 float32, 2 bfloat16).
     materialized_attention: the seq_len × seq_len attention probabilities are
       written to and read back from memory (chinchax's ``xla`` attention).
-    causal_skip: the attention kernel skips the masked half (cuDNN flash).
+    causal_skip: the attention kernel skips the masked half (cuDNN flash, splash).
+    splash_residuals: the Pallas splash kernel (TPU) keeps, per token and layer, its own
+      [B, H, T, K] copies of q, k, v and its output and its float32 logsumexp padded to the
+      TPU's 128 lanes (512 bytes per head): calibrated on the v5e-8 pod ladder's programs
+      without remat (docs/ladder.md: 10.2 and 14.1 KB per token and layer at d_model 640 and
+      896 with 64-wide heads, this 10.2 and 14.3).
     logits_bytes: bytes per logit (position × vocab entry) the loss phase holds: the
       compute dtype's, one buffer (the logits, whose gradient the loss's custom VJP writes
       in their place: ``chinchax.train.loss``); 4 under float32 compute. Calibrated on the
@@ -48,6 +53,7 @@ class ExecutionProfile:
   materialized_attention: bool = True
   causal_skip: bool = False
   logits_bytes: int = 4
+  splash_residuals: bool = False
 
   @staticmethod
   def for_kind(kind: str, seq_len: int | None = None) -> "ExecutionProfile":
@@ -60,7 +66,7 @@ class ExecutionProfile:
     if kind == "gpu":
       return ExecutionProfile(2, False, True, logits_bytes=2)
     splash = seq_len is None or seq_len % SPLASH_LANES == 0
-    return ExecutionProfile(2, not splash, splash, logits_bytes=2)
+    return ExecutionProfile(2, not splash, splash, logits_bytes=2, splash_residuals=splash)
 
   @staticmethod
   def from_names(compute_dtype: str, attention: str) -> "ExecutionProfile":
@@ -75,7 +81,8 @@ class ExecutionProfile:
     if attention not in ("xla", "cudnn", "splash"):
       raise StepTimeError(f"attention={attention!r} is not 'xla', 'cudnn' or 'splash'")
     a = 4 if compute_dtype == "float32" else 2
-    return ExecutionProfile(a, attention == "xla", attention != "xla", logits_bytes=a)
+    return ExecutionProfile(a, attention == "xla", attention != "xla", logits_bytes=a,
+                            splash_residuals=attention == "splash")
 
 
 # Bytes per parameter per step with float32 parameters and AdamW state:
@@ -324,7 +331,9 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   # materialised attention: float32 probabilities (plain autodiff), or under a 16-bit compute
   # dtype the one 16-bit buffer of unnormalised exponentials (chinchax.model.attention)
   probs = a * shape.n_heads * shape.seq_len / tensor if profile.materialized_attention else 0
-  layer = a * (4 * shape.d_model + (4 * hk + 3 * shape.d_ff) / tensor) + probs
+  kernel = ((a * (2 * hk + 2 * shape.kv_heads * shape.head_dim) + 4 * SPLASH_LANES * shape.n_heads)
+            / tensor if profile.splash_residuals else 0)
+  layer = a * (4 * shape.d_model + (4 * hk + 3 * shape.d_ff) / tensor) + probs + kernel
   # a recomputed layer's backward: its forward tensors and their gradients under float32
   # autodiff; under 16-bit attention's custom gradient the gradient of the exponentials
   # overwrites itself with that of the scores, the rest of the gradients pass through
