@@ -288,7 +288,9 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   time: the compute-dtype copy held is one layer's and the embedding's and head's.
   Calibrated on the 125M programs of ``benchmarks/maxtext_compare.py`` (jax 0.12, libtpu
   0.0.52: v5e-16 data 16 at M = 1, 4, 8, fsdp 16 at M = 1, 4, 8, seq_len 2,048 with splash;
-  h100x8 data 8, cuDNN and xla attention): 0.96–1.16 of XLA, docs/compile-tpu.md.
+  h100x8 data 8, cuDNN and xla attention; 1B on v5p-32 and h100x8): 0.87–1.16 of XLA but
+  fsdp with one reduction per step (1.40), docs/compile-tpu.md; the splash residuals on the
+  v5e-8 pod ladder (:class:`ExecutionProfile`).
 
   Microbatches (``train.microbatches`` M, gradient accumulation): the
   activations, a layer's backward and the loss phase hold one microbatch's
