@@ -129,7 +129,8 @@ def _check_config_verb(verb: str, words: list[str], written: set[str]) -> None:
 def _check_flag_verb(verb: str, words: list[str]) -> None:
   if "--config.SECTION.KNOB" in _help(verb):  # run-config overrides (compile): knobs that exist
     overrides = [w for w in words if w.startswith("--config.") and not PLACEHOLDER.match(w)]
-    flags_lib.parse_config(overrides, flags_lib.config_file(cli.CONFIG_VERBS["train"]), "train")
+    kind = "ladder" if "--ladder" in words else "train"  # compile --ladder: a ladder config's
+    flags_lib.parse_config(overrides, flags_lib.config_file(cli.CONFIG_VERBS[kind]), kind)
     words = [w for w in words if not w.startswith("--config.")]
   known = set(re.findall(r"--[a-z][a-z0-9-]*", _help(verb)))
   flags = [w.split("=")[0] for w in words if w.startswith("--")]

@@ -42,8 +42,8 @@ def test_bf16_block_keeps_no_float32_activations_for_its_backward(capsys):
   big = [r for r in low if r.split(" ")[0].endswith(("[2,16,32]", "[2,16,96]"))]
   assert big and all(r.startswith("bf16[") for r in big), low
   assert not any("sigmoid" in r or "logistic" in r for r in low), low
-  f32 = _saved("float32", capsys)
-  assert any(r.startswith("f32[2,16,32]") and "RMSNorm" not in r for r in f32), f32
+  f32 = _saved("float32", capsys)  # plain autodiff keeps the norm's rsqrt and the sigmoid
+  assert any("rsqrt" in r for r in f32) and not any("rsqrt" in r for r in low), (f32, low)
   # the memory model counts no elementwise residuals on any platform
   shape = budget.ModelShape(vocab_size=256, d_model=64, n_layers=2, n_heads=4, d_ff=160,
                             seq_len=32)

@@ -61,7 +61,7 @@ def _hardware(config, target: Target) -> hardware_lib.Hardware | None:
     raise AotError(f"ladder.hardware={lc.hardware!r} has {hw.n_devices} devices but --topology "
                    f"{target.spec} has {target.n_devices}; give the same target to both (or "
                    f"leave ladder.hardware unset)")
-  if hw.spec != target.spec:
+  if (hw.accelerator.name, hw.n_devices) != (target.accelerator.name, target.hardware.n_devices):
     console.warn(f"compiling the ladder planned for ladder.hardware={hw.spec} (its layouts, "
                  f"microbatches and remat) on --topology {target.spec}; "
                  f"--config.ladder.hardware={target.spec} plans it for {target.spec}")

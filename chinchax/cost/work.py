@@ -184,15 +184,16 @@ class MemoryEstimate:
   Attributes:
     state: float32 parameters and AdamW m, v (the step's arguments) and the float32
       gradients: 16 bytes per parameter over the devices that shard them (fsdp × tensor).
-    gathered_weights: the compute-dtype copy of the weights in use: all of them
-      without FSDP; with FSDP, the layers whose gathered weights stay live (all of
-      them without remat, one layer with remat).
+    gathered_weights: the compute-dtype copy of the weights in use (gathered, with FSDP):
+      every layer's without remat, one layer's under remat, beside the embedding and
+      head; all of them once per step under one reduction per step with M > 1.
     activations: what the backward keeps of every layer for the device's tokens of
       one microbatch.
-    working: the larger of the two phases that do not overlap: the loss (float32
-      logits of one microbatch's tokens, or of one chunk of its positions, vocab over
-      tensor) and one layer's backward (its forward tensors, recomputed under remat,
-      and their gradients), for one microbatch.
+    working: the larger of the two phases that do not overlap: the loss (logits in the
+      compute dtype of one microbatch's tokens, or of one chunk of its positions, vocab
+      over tensor) and one layer's backward (its forward tensors, recomputed under
+      remat, with their gradients under float32 or the attention buffer's under a 16-bit
+      dtype), for one microbatch.
     accumulation: with microbatches M > 1, the float32 gradient accumulator: 4 bytes
       per parameter over fsdp × tensor (0 for M = 1).
   """
@@ -267,11 +268,12 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   vocab), activations of heads and MLP hidden over tensor. One layer's forward
   tensors per token are 4·d_model + (4·n_heads·head_dim + 3·d_ff) / tensor
   elements in the compute dtype plus, for materialised attention, n_heads·seq_len
-  / tensor float32 probabilities. The backward keeps (``model.remat``): ``none``
-  every layer's forward tensors; ``dots`` each layer's input and matmul outputs
-  (d_model + (4·n_heads·head_dim + 2·d_ff) / tensor); ``full`` each layer's input.
-  Without remat, materialised attention keeps a second float32 [n_heads, T, T]
-  per layer (the masked scores beside the probabilities: calibrated on
+  / tensor probabilities (float32) or exponentials (16-bit) in the compute dtype, plus the
+  splash kernel's own residuals (``ExecutionProfile.splash_residuals``). The backward keeps
+  (``model.remat``): ``none`` every layer's forward tensors; ``dots`` each layer's input and
+  matmul outputs (d_model + (4·n_heads·head_dim + 2·d_ff) / tensor); ``full`` each layer's
+  input. Without remat, float32 materialised attention keeps a second float32
+  [n_heads, T, T] per layer (the masked scores beside the probabilities: calibrated on
   ``configs/train.py:125m`` on v5e-16 at M = 1, 2, 4, 8). With tensor > 1 each
   layer's input is held twice (as the previous layer's all-reduced output and as
   the next one's saved input): one more d_model per layer and token, calibrated
@@ -284,8 +286,8 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   buffer of exponentials (``chinchax.model.attention``), its forward tensors and that
   buffer's gradient beside it (the other gradients pass through). Without remat the 16-bit
   attention saves that one buffer, float32 autodiff the scores beside the probabilities.
-  With a 16-bit compute dtype and remat, the scanned stack casts one layer's weights at a
-  time: the compute-dtype copy held is one layer's and the embedding's and head's.
+  Under remat the layers' weights are cast (and gathered) one layer at a time: the
+  compute-dtype copy held is one layer's and the embedding's and head's.
   Calibrated on the 125M programs of ``benchmarks/maxtext_compare.py`` (jax 0.12, libtpu
   0.0.52: v5e-16 data 16 at M = 1, 4, 8, fsdp 16 at M = 1, 4, 8, seq_len 2,048 with splash;
   h100x8 data 8, cuDNN and xla attention; 1B on v5p-32 and h100x8): 0.87–1.16 of XLA but
@@ -302,8 +304,9 @@ def mesh_memory_per_device(shape: budget.ModelShape, global_batch_size: int, *,
   the compute dtype, ``a`` bytes per parameter over tensor; with fsdp > 1 each device
   accumulates its own unreduced gradient, a full float32 copy that the scan holds twice (its
   carry in and out: 8 bytes per parameter over tensor; without fsdp the second one is the
-  state's gradient). Calibrated on ``configs/train.py:125m``
-  (vocab 32,000, remat full) on v5e-16 over fsdp 16 at M = 4: XLA 2.13 GB, this 2.07 GB.
+  state's gradient). On ``configs/train.py:125m`` (vocab 32,000, tied, remat full) on v5e-16
+  over fsdp 16 at M = 4: XLA 2.13 GB, this 1.81 GB (the tied embedding's float32 copies are
+  not counted); untied (the compare's program): XLA 1.49 GB, this 2.07 GB.
 
   Chunked loss (``loss_chunk`` C > 0 positions, ``train.loss_chunk_size``
   resolved by :func:`resolve_loss_chunk`): the loss phase holds the logits of
