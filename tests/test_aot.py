@@ -223,6 +223,17 @@ def test_compile_cache_and_report(tmp_path):
   assert search_lib.fingerprint(c, target, False) != next(tmp_path.glob("*.json")).stem
 
 
+def test_the_compile_cache_key_follows_chinchax_source(monkeypatch):
+  """Another chinchax (its model or report code changed) misses the cache: the fingerprint
+  holds a digest of the package's source, which a changed file changes."""
+  c, target = _tiny(data=4), topology.parse_target("v5e-4")
+  digest = search_lib.source_digest()
+  assert len(digest) == 16 and digest == search_lib.source_digest()
+  before = search_lib.fingerprint(c, target, False)
+  monkeypatch.setattr(search_lib, "source_digest", lambda: "0" * 16)
+  assert search_lib.fingerprint(c, target, False) != before
+
+
 def test_a_compiler_crash_is_a_report(monkeypatch):
   def crashed(*a, **kw):
     return subprocess.CompletedProcess(a[0], -11, stdout="", stderr="")

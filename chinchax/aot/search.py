@@ -11,13 +11,15 @@ compiles each (train step only), and a variant that XLA finds too large once
 more at the next larger M, and ranks those that fit by their roofline step
 time. :func:`compile_cached` keeps every report under
 ``~/.cache/chinchax/aot/<fingerprint>.json``: the fingerprint hashes the config,
-the target, the versions of jax, jaxlib and libtpu / the CUDA plugin and the
-collective count's version (``chinchax.aot.hlo.COUNT_VERSION``), so a repeated
-search or plan compiles nothing.
+the target, the versions of jax, jaxlib and libtpu / the CUDA plugin, the
+collective count's version (``chinchax.aot.hlo.COUNT_VERSION``) and a digest of
+chinchax's own source (:func:`source_digest`: the model it traces and the report it
+writes), so a repeated search or plan compiles nothing and another chinchax compiles again.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -49,13 +51,28 @@ def _version(pkg: str) -> str:
     return "-"
 
 
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+  """sha256 of every ``.py`` file of the installed chinchax package (paths and contents): the
+  compiled program follows the model's code and the cached report the report's, so a report
+  cached by another chinchax is not reused (one caught: a bf16 RMSNorm that changed its
+  program kept the old figures)."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  h = hashlib.sha256()
+  for path in sorted(root.rglob("*.py")):
+    h.update(str(path.relative_to(root)).encode())
+    h.update(path.read_bytes())
+  return h.hexdigest()[:16]
+
+
 def fingerprint(config, target: Target, eval_step: bool) -> str:
-  """sha256 of what decides the compiled program: config, target, compiler versions."""
+  """sha256 of what decides the compiled program and its report: config, target, compiler
+  versions, the collective count's version and chinchax's source (:func:`source_digest`)."""
   key = {"config": json.loads(config.to_json_best_effort(sort_keys=True)),
          "target": [target.spec, target.topology, target.num_slices],
          "eval_step": eval_step,
          "versions": [_version(p) for p in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin")],
-         "collective_count": hlo_lib.COUNT_VERSION}
+         "collective_count": hlo_lib.COUNT_VERSION, "chinchax": source_digest()}
   for volatile in ("workdir", "compile_cache_dir"):
     key["config"].pop(volatile, None)
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
