@@ -223,6 +223,21 @@ def test_compile_cache_and_report(tmp_path):
   assert search_lib.fingerprint(c, target, False) != next(tmp_path.glob("*.json")).stem
 
 
+@needs_libtpu
+def test_microbatched_program_is_compared_with_what_xla_counts():
+  """XLA's cost analysis counts the microbatch loop's body once: its FLOPs and bytes are
+  compared with the analytic count of one microbatch (through one scanned layer), so the
+  ratios stay near 1 at M = 2 (they read about 1/M against the whole step's count), and the
+  roofline scales XLA's bytes back to the step."""
+  c = _tiny(data=4)
+  c.train.microbatches = 2
+  rep = _compile(c, "v5e-4", eval_step=False)
+  assert rep["fits"], rep["train_step"]
+  assert rep["xla_over_analytic_flops"] == pytest.approx(1.0, abs=0.35), rep["flops_compared"]
+  assert "one microbatch of 2" in rep["flops_compared"]
+  assert "one microbatch of 2" in rep["roofline"]["hbm_bytes_source"]
+
+
 def test_the_compile_cache_key_follows_chinchax_source(monkeypatch):
   """Another chinchax (its model or report code changed) misses the cache: the fingerprint
   holds a digest of the package's source, which a changed file changes."""
