@@ -96,17 +96,13 @@ class RooflineStepTime:
   note: str = ""  # where the model came from (e.g. a fit's predictor), prefixed to describe()
   s_per_layer: float = 0.0
 
-  def _profile(self, seq_len: int | None = None) -> work.ExecutionProfile:
-    """The given profile, else what ``attention=auto`` runs on the kind at ``seq_len``."""
-    return self.profile or work.ExecutionProfile.for_kind(self.hardware.accelerator.kind,
-                                                          seq_len)
-
   def predict(self, shape: budget.ModelShape, global_batch_size: int,
               microbatches: int = 1) -> float:
     """Seconds per step; ``microbatches`` M re-reads the weights M times
     (:func:`chinchax.cost.work.param_bytes_per_step`)."""
     acc, n = self.hardware.accelerator, self.hardware.n_devices
-    prof = self._profile(shape.seq_len)
+    # the given profile, else what attention=auto runs on the kind at this seq_len
+    prof = self.profile or work.ExecutionProfile.for_kind(acc.kind, shape.seq_len)
     t_flops = work.step_flops(shape, global_batch_size, n_devices=n, profile=prof) / (
         acc.peak_flops * self.mfu)
     t_bytes = work.bytes_per_step(shape, global_batch_size, n_devices=n, profile=prof,
